@@ -1,0 +1,2 @@
+//! Conformance runner.
+fn main() {}

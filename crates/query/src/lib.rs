@@ -1,0 +1,1 @@
+//! Herald query core (being written).
