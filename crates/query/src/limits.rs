@@ -1,0 +1,23 @@
+//! Limits against abusive queries and updates. Each is a named constant so that the error message,
+//! the docs and the tests agree on one number.
+
+/// Deepest nesting of `$and`/`$or`/`$nor`/`$not`/`$elemMatch` and embedded operator objects.
+pub const FILTER_DEPTH_MAX: usize = 32;
+/// Most predicates and logical nodes in one filter.
+pub const FILTER_NODES_MAX: usize = 1024;
+/// Longest `$in` / `$nin` / `$all` list.
+pub const IN_VALUES_MAX: usize = 1000;
+/// Longest `$regex` pattern, in bytes.
+pub const REGEX_BYTES_MAX: usize = 1024;
+/// Largest compiled regular expression program, in bytes (the regex crate's size limit).
+pub const REGEX_COMPILED_BYTES_MAX: usize = 1 << 20;
+/// Largest lazily built regex DFA, in bytes.
+pub const REGEX_DFA_BYTES_MAX: usize = 2 << 20;
+/// Most keys in one sort specification.
+pub const SORT_KEYS_MAX: usize = 32;
+/// Most fields in one projection.
+pub const PROJECTION_FIELDS_MAX: usize = 256;
+/// Most field paths in one update.
+pub const UPDATE_PATHS_MAX: usize = 1024;
+/// Longest `$each` list of `$push` / `$addToSet`.
+pub const EACH_VALUES_MAX: usize = 10_000;

@@ -1,0 +1,115 @@
+//! `$regex` on a linear-time engine, with size limits and a clear refusal of backtracking syntax.
+//!
+//! MongoDB uses PCRE; Herald uses the `regex` crate, whose matching time is linear in the input.
+//! Features that need backtracking (look-around, backreferences) are refused with
+//! `unsupported_regex` rather than silently reinterpreted.
+
+use crate::error::QueryError;
+use crate::limits::{REGEX_BYTES_MAX, REGEX_COMPILED_BYTES_MAX, REGEX_DFA_BYTES_MAX};
+use regex_syntax::ast::{parse::ParserBuilder, ErrorKind};
+
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    pub source: String,
+    pub options: String,
+    pub regex: regex::Regex,
+}
+
+impl Pattern {
+    pub fn compile(path: &str, source: &str, options: &str) -> Result<Pattern, QueryError> {
+        if source.len() > REGEX_BYTES_MAX {
+            return Err(QueryError::LimitExceeded(format!(
+                "regular expression at '{path}' is longer than {REGEX_BYTES_MAX} bytes"
+            )));
+        }
+        let (mut i, mut m, mut s, mut x) = (false, false, false, false);
+        for c in options.chars() {
+            match c {
+                'i' => i = true,
+                'm' => m = true,
+                's' => s = true,
+                'x' => x = true,
+                other => {
+                    return Err(QueryError::BadRegex {
+                        path: path.to_string(),
+                        reason: format!("unknown $options flag '{other}' (allowed: i m s x)"),
+                    })
+                }
+            }
+        }
+        // Parse the syntax first so unsupported features get their own code.
+        if let Err(e) = ParserBuilder::new().ignore_whitespace(x).build().parse(source) {
+            let unsupported = matches!(
+                e.kind(),
+                ErrorKind::UnsupportedLookAround | ErrorKind::UnsupportedBackreference
+            );
+            let reason = e.kind().to_string();
+            return Err(if unsupported {
+                QueryError::UnsupportedRegex {
+                    path: path.to_string(),
+                    reason: format!("{reason} (Herald's regex engine runs in linear time)"),
+                }
+            } else {
+                QueryError::BadRegex {
+                    path: path.to_string(),
+                    reason,
+                }
+            });
+        }
+        let regex = regex::RegexBuilder::new(source)
+            .case_insensitive(i)
+            .multi_line(m)
+            .dot_matches_new_line(s)
+            .ignore_whitespace(x)
+            .size_limit(REGEX_COMPILED_BYTES_MAX)
+            .dfa_size_limit(REGEX_DFA_BYTES_MAX)
+            .build()
+            .map_err(|e| match e {
+                regex::Error::CompiledTooBig(_) => QueryError::LimitExceeded(format!(
+                    "regular expression at '{path}' compiles to more than {REGEX_COMPILED_BYTES_MAX} bytes"
+                )),
+                other => QueryError::BadRegex {
+                    path: path.to_string(),
+                    reason: other.to_string(),
+                },
+            })?;
+        Ok(Pattern {
+            source: source.to_string(),
+            options: options.to_string(),
+            regex,
+        })
+    }
+
+    #[inline]
+    pub fn is_match(&self, s: &str) -> bool {
+        self.regex.is_match(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options() {
+        assert!(Pattern::compile("p", "^ab", "i").unwrap().is_match("ABc"));
+        assert!(Pattern::compile("p", "^b", "m").unwrap().is_match("a\nb"));
+        assert!(!Pattern::compile("p", "^b", "").unwrap().is_match("a\nb"));
+        assert!(Pattern::compile("p", "a.b", "s").unwrap().is_match("a\nb"));
+        assert!(Pattern::compile("p", "a b # comment", "x").unwrap().is_match("ab"));
+        assert_eq!(Pattern::compile("p", "a", "g").unwrap_err().code(), "bad_regex");
+    }
+
+    #[test]
+    fn refuses_backtracking() {
+        for p in ["a(?=b)", "(?!x)y", "(?<=a)b", "(a)\\1"] {
+            assert_eq!(Pattern::compile("p", p, "").unwrap_err().code(), "unsupported_regex", "{p}");
+        }
+        assert_eq!(Pattern::compile("p", "(ab", "").unwrap_err().code(), "bad_regex");
+        assert_eq!(
+            Pattern::compile("p", &"a".repeat(REGEX_BYTES_MAX + 1), "").unwrap_err().code(),
+            "limit_exceeded"
+        );
+        assert_eq!(Pattern::compile("p", "(\\w{100}){100}", "").unwrap_err().code(), "limit_exceeded");
+    }
+}

@@ -1,0 +1,232 @@
+//! Sort specifications and the total order of query results.
+//!
+//! Each key reduces a document to one sort value, as MongoDB does: the value at the path; for
+//! arrays the smallest element when ascending and the largest when descending; missing as null;
+//! an empty array below null. Ties are broken by `_id` ascending, so every result order is total
+//! and positions in a live result are well defined.
+
+use crate::error::QueryError;
+use crate::limits::SORT_KEYS_MAX;
+use crate::walk::{walk, LeafArrays};
+use herald_value::{compare, FieldPath, Map, Num, Value};
+use std::cmp::Ordering;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Asc,
+    Desc,
+}
+
+#[derive(Debug, Clone)]
+pub struct SortKey {
+    pub path: FieldPath,
+    pub dir: Direction,
+}
+
+/// A parsed sort: the user's keys, then `_id` ascending unless the user already sorted by `_id`.
+#[derive(Debug, Clone)]
+pub struct Sort {
+    keys: Vec<SortKey>,
+}
+
+/// The value one sort key takes for one document.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyValue<'a> {
+    EmptyArray,
+    Null,
+    Value(&'a Value),
+}
+
+impl KeyValue<'_> {
+    fn rank(&self) -> u8 {
+        match self {
+            KeyValue::EmptyArray => 0,
+            KeyValue::Null | KeyValue::Value(Value::Null) => 1,
+            KeyValue::Value(_) => 2,
+        }
+    }
+
+    pub fn cmp(&self, other: &KeyValue<'_>) -> Ordering {
+        match (self, other) {
+            (KeyValue::Value(a), KeyValue::Value(b)) => compare(a, b),
+            _ => self.rank().cmp(&other.rank()),
+        }
+    }
+}
+
+impl Default for Sort {
+    fn default() -> Self {
+        Sort::by_id()
+    }
+}
+
+impl Sort {
+    /// Ordering by `_id` alone: the order of a query without a sort.
+    pub fn by_id() -> Sort {
+        Sort {
+            keys: vec![id_key()],
+        }
+    }
+
+    /// Parses `{"year": -1, "title": 1}`; key order is sort order. `null` means "no sort".
+    pub fn parse(spec: &Value) -> Result<Sort, QueryError> {
+        if spec.is_null() {
+            return Ok(Sort::by_id());
+        }
+        let mut sort = Sort::parse_without_id(spec)?;
+        if !sort.keys.iter().any(|k| k.path.as_str() == "_id") {
+            sort.keys.push(id_key());
+        }
+        Ok(sort)
+    }
+
+    /// Parses a sort without the `_id` tie-break (for `$push` with `$sort`, which is stable).
+    pub fn parse_without_id(spec: &Value) -> Result<Sort, QueryError> {
+        let map = match spec {
+            Value::Object(m) => m,
+            other => return Err(QueryError::BadSort(format!("sort must be an object, got {other}"))),
+        };
+        if map.len() > SORT_KEYS_MAX {
+            return Err(QueryError::LimitExceeded(format!("sort has more than {SORT_KEYS_MAX} keys")));
+        }
+        let mut keys = Vec::with_capacity(map.len() + 1);
+        for (field, dir) in map {
+            let dir = match dir {
+                Value::Number(n) => match Num::of(n).as_f64() {
+                    d if d == 1.0 => Direction::Asc,
+                    d if d == -1.0 => Direction::Desc,
+                    _ => return Err(bad_dir(field, dir)),
+                },
+                _ => return Err(bad_dir(field, dir)),
+            };
+            let path = FieldPath::parse(field).map_err(|e| QueryError::BadSort(e.to_string()))?;
+            if field.starts_with('$') {
+                return Err(QueryError::BadSort(format!("cannot sort by '{field}'")));
+            }
+            keys.push(SortKey { path, dir });
+        }
+        Ok(Sort { keys })
+    }
+
+    pub fn keys(&self) -> &[SortKey] {
+        &self.keys
+    }
+
+    /// Compares two documents in result order. A value that is not a document has null keys.
+    pub fn compare(&self, a: &Value, b: &Value) -> Ordering {
+        for key in &self.keys {
+            let ord = match (a.as_object(), b.as_object()) {
+                (Some(x), Some(y)) => key.value(x).cmp(&key.value(y)),
+                (Some(x), None) => key.value(x).cmp(&KeyValue::Null),
+                (None, Some(y)) => KeyValue::Null.cmp(&key.value(y)),
+                (None, None) => Ordering::Equal,
+            };
+            let ord = if key.dir == Direction::Desc { ord.reverse() } else { ord };
+            if ord != Ordering::Equal {
+                return ord;
+            }
+        }
+        Ordering::Equal
+    }
+
+    /// Sorts `docs` in result order, computing each document's keys once.
+    pub fn sort(&self, docs: &mut Vec<Value>) {
+        let mut keyed: Vec<(Vec<KeyValue<'_>>, usize)> = docs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (self.key_values(d), i))
+            .collect();
+        keyed.sort_by(|(ka, _), (kb, _)| self.compare_keys(ka, kb));
+        let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
+        let mut slots: Vec<Option<Value>> = std::mem::take(docs).into_iter().map(Some).collect();
+        docs.extend(order.into_iter().map(|i| slots[i].take().expect("each index once")));
+    }
+
+    /// The sort values of one document, one per key.
+    pub fn key_values<'a>(&self, doc: &'a Value) -> Vec<KeyValue<'a>> {
+        match doc.as_object() {
+            Some(m) => self.keys.iter().map(|k| k.value(m)).collect(),
+            None => vec![KeyValue::Null; self.keys.len()],
+        }
+    }
+
+    pub fn compare_keys(&self, a: &[KeyValue<'_>], b: &[KeyValue<'_>]) -> Ordering {
+        for ((key, va), vb) in self.keys.iter().zip(a).zip(b) {
+            let ord = va.cmp(vb);
+            let ord = if key.dir == Direction::Desc { ord.reverse() } else { ord };
+            if ord != Ordering::Equal {
+                return ord;
+            }
+        }
+        Ordering::Equal
+    }
+}
+
+impl SortKey {
+    /// The sort value of this key for one document.
+    pub fn value<'a>(&self, doc: &'a Map<String, Value>) -> KeyValue<'a> {
+        let mut best: Option<KeyValue<'a>> = None;
+        let want = if self.dir == Direction::Asc { Ordering::Less } else { Ordering::Greater };
+        walk(doc, self.path.segments(), LeafArrays::ElementsOnly, &mut |v| {
+            let kv = match v {
+                None => KeyValue::Null,
+                Some(Value::Array(a)) if a.is_empty() => KeyValue::EmptyArray,
+                Some(v) => KeyValue::Value(v),
+            };
+            if best.is_none_or(|b| kv.cmp(&b) == want) {
+                best = Some(kv);
+            }
+            false
+        });
+        best.unwrap_or(KeyValue::Null)
+    }
+}
+
+fn id_key() -> SortKey {
+    SortKey {
+        path: FieldPath::parse("_id").expect("valid path"),
+        dir: Direction::Asc,
+    }
+}
+
+fn bad_dir(field: &str, dir: &Value) -> QueryError {
+    QueryError::BadSort(format!("sort direction for '{field}' must be 1 or -1, got {dir}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herald_value::json;
+
+    fn ids(sort: Value, docs: Vec<Value>) -> Vec<String> {
+        let s = Sort::parse(&sort).unwrap();
+        let mut docs = docs;
+        s.sort(&mut docs);
+        docs.iter().map(|d| d["_id"].as_str().unwrap().to_string()).collect()
+    }
+
+    #[test]
+    fn arrays_sort_by_min_ascending_and_max_descending() {
+        let docs = vec![
+            json!({"_id": "a", "x": [1, 9]}),
+            json!({"_id": "b", "x": 5}),
+            json!({"_id": "c", "x": []}),
+            json!({"_id": "d"}),
+        ];
+        assert_eq!(ids(json!({"x": 1}), docs.clone()), ["c", "d", "a", "b"]);
+        assert_eq!(ids(json!({"x": -1}), docs), ["a", "b", "d", "c"]);
+    }
+
+    #[test]
+    fn ties_break_by_id() {
+        let docs = vec![json!({"_id": "b", "x": 1}), json!({"_id": "a", "x": 1})];
+        assert_eq!(ids(json!({"x": -1}), docs), ["a", "b"]);
+    }
+
+    #[test]
+    fn bad_specs() {
+        assert_eq!(Sort::parse(&json!({"x": 2})).unwrap_err().code(), "bad_sort");
+        assert_eq!(Sort::parse(&json!([["x", 1]])).unwrap_err().code(), "bad_sort");
+        assert_eq!(Sort::parse(&json!({"x": "asc"})).unwrap_err().code(), "bad_sort");
+    }
+}
