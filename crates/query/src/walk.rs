@@ -159,7 +159,7 @@ mod tests {
             collect(doc.clone(), "a.0", LeafArrays::Traverse),
             vec![Some(json!([1, 2])), Some(json!("x"))]
         );
-        assert_eq!(collect(doc.clone(), "a.1.0", LeafArrays::Traverse), vec![Some(json!("x"))]);
+        assert_eq!(collect(doc.clone(), "a.1.0", LeafArrays::Traverse), vec![None, Some(json!("x"))]);
         assert_eq!(collect(doc, "a.0.1", LeafArrays::Traverse), vec![Some(json!(2))]);
         // Position and field name are both tried inside an array of documents.
         let doc = json!({"a": [{"0": "f"}, {"b": 1}]});
