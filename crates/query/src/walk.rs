@@ -160,7 +160,7 @@ mod tests {
             vec![Some(json!([1, 2])), Some(json!("x"))]
         );
         assert_eq!(collect(doc.clone(), "a.1.0", LeafArrays::Traverse), vec![None, Some(json!("x"))]);
-        assert_eq!(collect(doc, "a.0.1", LeafArrays::Traverse), vec![Some(json!(2))]);
+        assert_eq!(collect(doc, "a.0.1", LeafArrays::Traverse), vec![Some(json!(2)), None]);
         // Position and field name are both tried inside an array of documents.
         let doc = json!({"a": [{"0": "f"}, {"b": 1}]});
         assert_eq!(

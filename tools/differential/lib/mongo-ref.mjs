@@ -690,20 +690,8 @@ export function validateUpdate(update) {
     for (const [p, v] of Object.entries(arg)) {
       checkUpdatePath(p);
       all.push(p);
-      if (op === "$rename") {
-        if (typeof v !== "string") fail("bad_update", "$rename target must be a string");
-        checkUpdatePath(v);
-        if (v === p || v.startsWith(p + ".") || p.startsWith(v + ".")) fail("bad_update", "$rename source and target overlap");
-        all.push(v);
-      }
-      if (op === "$inc" || op === "$mul") {
-        if (typeof v !== "number") fail("type_mismatch", `${op} needs a number`);
-      }
-      if (op === "$pop" && v !== 1 && v !== -1) fail("bad_update", "$pop needs 1 or -1");
-      if (op === "$pullAll" && !Array.isArray(v)) fail("bad_update", "$pullAll needs an array");
-      if ((op === "$set" || op === "$min" || op === "$max" || op === "$setOnInsert") && hasDollarKeys(v))
-        fail("bad_update", "$-prefixed field name in value");
-      if (op === "$push" || op === "$addToSet") validateEach(op, v);
+      validateOpArg(op, p, v);
+      if (op === "$rename") all.push(v);
     }
   }
   for (let i = 0; i < all.length; i++)
@@ -711,6 +699,23 @@ export function validateUpdate(update) {
       if (i !== j && (all[i] === all[j] || all[j].startsWith(all[i] + ".")))
         fail("conflicting_update_paths", `conflict between ${all[i]} and ${all[j]}`);
   for (const p of all) if (p === "_id" || p.startsWith("_id.")) fail("immutable_field", "cannot update _id");
+}
+
+/** Argument checks of one operator/path (no cross-path checks). */
+export function validateOpArg(op, p, v) {
+  if (op === "$rename") {
+    if (typeof v !== "string") fail("bad_update", "$rename target must be a string");
+    checkUpdatePath(v);
+    if (v === p || v.startsWith(p + ".") || p.startsWith(v + ".")) fail("bad_update", "$rename source and target overlap");
+  }
+  if (op === "$inc" || op === "$mul") {
+    if (typeof v !== "number") fail("type_mismatch", `${op} needs a number`);
+  }
+  if (op === "$pop" && v !== 1 && v !== -1) fail("bad_update", "$pop needs 1 or -1");
+  if (op === "$pullAll" && !Array.isArray(v)) fail("bad_update", "$pullAll needs an array");
+  if ((op === "$set" || op === "$min" || op === "$max" || op === "$setOnInsert") && hasDollarKeys(v))
+    fail("bad_update", "$-prefixed field name in value");
+  if (op === "$push" || op === "$addToSet") validateEach(op, v);
 }
 
 const PUSH_MODS = ["$each", "$slice", "$sort", "$position"];
@@ -824,7 +829,11 @@ function pushSortCmp(spec) {
 
 /** Apply one operator of an update to `doc` in place (paths already validated). */
 export function applyOp(doc, op, arg) {
+  if (!UPDATE_OPS.includes(op)) fail("unknown_operator", "unknown update operator " + op);
+  if (!isPlainObject(arg)) fail("bad_update", op + " needs an object");
   for (const [path, v] of Object.entries(arg)) {
+    checkUpdatePath(path);
+    validateOpArg(op, path, v);
     const parts = path.split(".");
     if (op === "$rename") {
       const from = locate(doc, parts, false, { noArrays: true });
