@@ -20,6 +20,7 @@ mod projection;
 mod query;
 mod regex;
 mod sort;
+mod sortkey;
 mod update;
 mod walk;
 

@@ -186,10 +186,10 @@ impl Parser {
                             continue;
                         }
                         Value::Object(inner) if inner.is_empty() => {
-                            return Err(QueryError::operand(p, op, "$not cannot be empty"))
+                            return Err(QueryError::BadFilter(format!("$not at '{p}' cannot be empty")))
                         }
                         _ => {
-                            return Err(QueryError::operand(p, op, "$not needs an object of operators"))
+                            return Err(QueryError::BadFilter(format!("$not at '{p}' needs an object of operators")))
                         }
                     }
                 }
@@ -397,7 +397,7 @@ mod tests {
         assert_eq!(code(json!({"$where": "1"})), "unknown_operator");
         assert_eq!(code(json!({"a..b": 1})), "bad_filter");
         assert_eq!(code(json!([1])), "bad_filter");
-        assert_eq!(code(json!({"a": {"$not": {}}})), "bad_operand");
+        assert_eq!(code(json!({"a": {"$not": {}}})), "bad_filter");
         assert_eq!(code(json!({"a": {"$size": -1}})), "bad_operand");
         assert_eq!(code(json!({"a": {"$mod": [0, 1]}})), "bad_operand");
         assert_eq!(code(json!({"a": {"$type": "nope"}})), "bad_operand");

@@ -40,6 +40,9 @@ impl Query {
                 FIELDS.join(", ")
             )));
         }
+        if m.get("filter").is_some_and(Value::is_null) {
+            return Err(QueryError::BadFilter("filter must be an object, got null".into()));
+        }
         let null = Value::Null;
         let get = |k: &str| m.get(k).unwrap_or(&null);
         Query::from_parts(get("filter"), get("sort"), get("skip"), get("limit"), get("projection"))

@@ -13,6 +13,10 @@ pub struct Pattern {
     pub source: String,
     pub options: String,
     pub regex: regex::Regex,
+    /// PCRE's `$` (without `m`) also matches before a newline that ends the subject; the regex
+    /// crate's does not. When the pattern uses `$` in that mode, a subject ending in "\n" is
+    /// also tried without it.
+    dollar_before_final_newline: bool,
 }
 
 impl Pattern {
@@ -38,7 +42,8 @@ impl Pattern {
             }
         }
         // Parse the syntax first so unsupported features get their own code.
-        if let Err(e) = ParserBuilder::new().ignore_whitespace(x).build().parse(source) {
+        let ast = ParserBuilder::new().ignore_whitespace(x).build().parse(source);
+        if let Err(e) = &ast {
             let unsupported = matches!(
                 e.kind(),
                 ErrorKind::UnsupportedLookAround | ErrorKind::UnsupportedBackreference
@@ -73,17 +78,50 @@ impl Pattern {
                     reason: other.to_string(),
                 },
             })?;
+        let dollar_before_final_newline = !m && ast.as_ref().is_ok_and(uses_end_line);
         Ok(Pattern {
             source: source.to_string(),
             options: options.to_string(),
             regex,
+            dollar_before_final_newline,
         })
     }
 
     #[inline]
     pub fn is_match(&self, s: &str) -> bool {
         self.regex.is_match(s)
+            || (self.dollar_before_final_newline
+                && s.ends_with('\n')
+                && self.regex.is_match(&s[..s.len() - 1]))
     }
+}
+
+/// True when the pattern has a `$` and no `\z` (which must keep meaning the very end).
+fn uses_end_line(ast: &regex_syntax::ast::Ast) -> bool {
+    use regex_syntax::ast::{visit, AssertionKind, Ast, Visitor};
+    #[derive(Default)]
+    struct Finder {
+        dollar: bool,
+        end_text: bool,
+    }
+    impl Visitor for Finder {
+        type Output = bool;
+        type Err = ();
+        fn finish(self) -> Result<bool, ()> {
+            Ok(self.dollar && !self.end_text)
+        }
+        fn visit_pre(&mut self, ast: &Ast) -> Result<(), ()> {
+            if let Ast::Assertion(a) = ast {
+                match a.kind {
+                    AssertionKind::EndLine => self.dollar = true,
+                    AssertionKind::EndText => self.end_text = true,
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+    }
+    visit(ast, Finder::default()).unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -97,6 +135,10 @@ mod tests {
         assert!(!Pattern::compile("p", "^b", "").unwrap().is_match("a\nb"));
         assert!(Pattern::compile("p", "a.b", "s").unwrap().is_match("a\nb"));
         assert!(Pattern::compile("p", "a b # comment", "x").unwrap().is_match("ab"));
+        // PCRE's `$` matches before a final newline unless `\z` is used.
+        assert!(Pattern::compile("p", "end$", "").unwrap().is_match("end\n"));
+        assert!(!Pattern::compile("p", "end$", "").unwrap().is_match("end\nmore"));
+        assert!(!Pattern::compile("p", "end\\z", "").unwrap().is_match("end\n"));
         assert_eq!(Pattern::compile("p", "a", "g").unwrap_err().code(), "bad_regex");
     }
 

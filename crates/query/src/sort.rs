@@ -7,8 +7,7 @@
 
 use crate::error::QueryError;
 use crate::limits::SORT_KEYS_MAX;
-use crate::walk::{walk, LeafArrays};
-use herald_value::{compare, FieldPath, Map, Num, Value};
+use herald_value::{compare, FieldPath, Num, Value};
 use std::cmp::Ordering;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,19 +113,7 @@ impl Sort {
 
     /// Compares two documents in result order. A value that is not a document has null keys.
     pub fn compare(&self, a: &Value, b: &Value) -> Ordering {
-        for key in &self.keys {
-            let ord = match (a.as_object(), b.as_object()) {
-                (Some(x), Some(y)) => key.value(x).cmp(&key.value(y)),
-                (Some(x), None) => key.value(x).cmp(&KeyValue::Null),
-                (None, Some(y)) => KeyValue::Null.cmp(&key.value(y)),
-                (None, None) => Ordering::Equal,
-            };
-            let ord = if key.dir == Direction::Desc { ord.reverse() } else { ord };
-            if ord != Ordering::Equal {
-                return ord;
-            }
-        }
-        Ordering::Equal
+        self.compare_keys(&self.key_values(a), &self.key_values(b))
     }
 
     /// Sorts `docs` in result order, computing each document's keys once.
@@ -142,10 +129,14 @@ impl Sort {
         docs.extend(order.into_iter().map(|i| slots[i].take().expect("each index once")));
     }
 
-    /// The sort values of one document, one per key.
+    /// The sort values of one document, one per key (see `sortkey.rs`).
     pub fn key_values<'a>(&self, doc: &'a Value) -> Vec<KeyValue<'a>> {
         match doc.as_object() {
-            Some(m) => self.keys.iter().map(|k| k.value(m)).collect(),
+            Some(m) => {
+                let paths: Vec<_> = self.keys.iter().map(|k| k.path.segments()).collect();
+                let dirs: Vec<_> = self.keys.iter().map(|k| k.dir).collect();
+                crate::sortkey::sort_key(m, &paths, &dirs)
+            }
             None => vec![KeyValue::Null; self.keys.len()],
         }
     }
@@ -159,26 +150,6 @@ impl Sort {
             }
         }
         Ordering::Equal
-    }
-}
-
-impl SortKey {
-    /// The sort value of this key for one document.
-    pub fn value<'a>(&self, doc: &'a Map<String, Value>) -> KeyValue<'a> {
-        let mut best: Option<KeyValue<'a>> = None;
-        let want = if self.dir == Direction::Asc { Ordering::Less } else { Ordering::Greater };
-        walk(doc, self.path.segments(), LeafArrays::ElementsOnly, &mut |v| {
-            let kv = match v {
-                None => KeyValue::Null,
-                Some(Value::Array(a)) if a.is_empty() => KeyValue::EmptyArray,
-                Some(v) => KeyValue::Value(v),
-            };
-            if best.is_none_or(|b| kv.cmp(&b) == want) {
-                best = Some(kv);
-            }
-            false
-        });
-        best.unwrap_or(KeyValue::Null)
     }
 }
 
@@ -215,6 +186,16 @@ mod tests {
         ];
         assert_eq!(ids(json!({"x": 1}), docs.clone()), ["c", "d", "a", "b"]);
         assert_eq!(ids(json!({"x": -1}), docs), ["a", "b", "d", "c"]);
+    }
+
+    #[test]
+    fn keys_sharing_an_array_pair_values_from_one_element() {
+        let docs = vec![
+            json!({"_id": "p", "a": [{"b": 4, "c": 1}, {"b": 1, "c": 2}]}),
+            json!({"_id": "q", "a": [{"b": 2, "c": 1}, {"b": 4, "c": 2}]}),
+        ];
+        // Independent minima would tie at (1, 1); the tuples are (1, 4) and (1, 2).
+        assert_eq!(ids(json!({"a.c": 1, "a.b": 1}), docs), ["q", "p"]);
     }
 
     #[test]

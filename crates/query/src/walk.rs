@@ -20,9 +20,6 @@ pub enum LeafArrays {
     Traverse,
     /// Yield only the array itself (`$size`, `$elemMatch`).
     Whole,
-    /// Yield every element but not the array; an empty array yields itself so callers can tell
-    /// "empty" from "missing" (sort keys).
-    ElementsOnly,
 }
 
 /// Visits every candidate value for `path` in the document `doc`. Returns `true` when the visitor
@@ -62,8 +59,6 @@ where
         return match leaf {
             LeafArrays::Whole => f(Some(array)),
             LeafArrays::Traverse => items.iter().any(|e| f(Some(e))) || f(Some(array)),
-            LeafArrays::ElementsOnly if items.is_empty() => f(Some(array)),
-            LeafArrays::ElementsOnly => items.iter().any(|e| f(Some(e))),
         };
     };
     for (pos, item) in items.iter().enumerate() {
