@@ -63,7 +63,8 @@ pub fn check_case(case: &Value) -> Result<(), String> {
         return Err(format!("unexpected error {e}: {}", got["message"]));
     }
     // Documents are compared by their serialization: key order and int-vs-double matter.
-    let (want, have) = if let Some(ids) = case.get("expect").filter(|_| case.get("docs").is_some()) {
+    let (want, have) = if let Some(ids) = case.get("expect").filter(|_| case.get("docs").is_some())
+    {
         (ids, &got["ids"])
     } else if let Some(docs) = case.get("expectDocs") {
         (docs, &got["docs"])
@@ -100,13 +101,22 @@ pub fn check_dir(dir: &Path) -> Result<Report, String> {
     files.sort();
     let mut report = Report::default();
     for file in files {
-        let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-        let doc: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-        let name = file.file_name().unwrap_or_default().to_string_lossy().to_string();
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let doc: Value =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        let name = file
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
         for case in doc["cases"].as_array().into_iter().flatten() {
             report.cases += 1;
             if let Err(why) = check_case(case) {
-                report.failures.push(format!("{name} / {}: {why}", case["name"].as_str().unwrap_or("?")));
+                report.failures.push(format!(
+                    "{name} / {}: {why}",
+                    case["name"].as_str().unwrap_or("?")
+                ));
             }
         }
     }

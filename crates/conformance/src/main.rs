@@ -8,7 +8,10 @@ fn main() {
     match args.get(1).map(String::as_str) {
         Some("eval") => eval_loop(),
         Some("check") => {
-            let dir = args.get(2).map(Into::into).unwrap_or_else(herald_conformance::default_dir);
+            let dir = args
+                .get(2)
+                .map(Into::into)
+                .unwrap_or_else(herald_conformance::default_dir);
             match herald_conformance::check_dir(&dir) {
                 Ok(r) => {
                     for f in &r.failures {

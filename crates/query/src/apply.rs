@@ -23,21 +23,34 @@ impl Update {
     /// fields seed it, then the update applies as an insert (`$setOnInsert` included).
     /// The result may lack `_id`; the caller supplies one then.
     pub fn upsert_document(&self, filter: &Filter, now_ms: i64) -> Result<Value, UpdateError> {
-        let mut seed = Value::Object(Map::new());
-        let mut seeded: Vec<&FieldPath> = Vec::new();
+        let mut equalities: Vec<(&FieldPath, &Value)> = Vec::new();
         collect_equalities(filter.expr(), &mut |path, v| {
-            if let Some(other) = seeded.iter().find(|p| p.is_prefix_of(path) || path.is_prefix_of(p)) {
-                return Err(UpdateError::ConflictingPaths(path.to_string(), other.to_string()));
+            if let Some((other, _)) = equalities
+                .iter()
+                .find(|(p, _)| p.is_prefix_of(path) || path.is_prefix_of(p))
+            {
+                return Err(UpdateError::ConflictingPaths(
+                    path.to_string(),
+                    other.to_string(),
+                ));
             }
-            seeded.push(path);
-            set_path(&mut seed, path.segments(), v.clone())
+            equalities.push((path, v));
+            Ok(())
         })?;
+        // MongoDB seeds in byte order of the paths, not in filter order.
+        equalities.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        let mut seed = Value::Object(Map::new());
+        for (path, v) in equalities {
+            set_path(&mut seed, path.segments(), v.clone())?;
+        }
         let mut out = match &self.kind {
             Kind::Replace(m) => {
                 let mut doc = m.clone();
                 if let Some(id) = seed.get("_id") {
                     match doc.get("_id") {
-                        Some(rid) if !values_equal(rid, id) => return Err(UpdateError::ImmutableField),
+                        Some(rid) if !values_equal(rid, id) => {
+                            return Err(UpdateError::ImmutableField)
+                        }
                         Some(_) => {}
                         None => {
                             doc.insert("_id".into(), id.clone());
@@ -54,7 +67,9 @@ impl Update {
 
     fn apply_inner(&self, doc: &Value, now_ms: i64, insert: bool) -> Result<Value, UpdateError> {
         let Value::Object(orig) = doc else {
-            return Err(UpdateError::BadUpdate("the target of an update must be a document".into()));
+            return Err(UpdateError::BadUpdate(
+                "the target of an update must be a document".into(),
+            ));
         };
         let out = match &self.kind {
             Kind::Replace(m) => {
@@ -122,7 +137,9 @@ fn collect_equalities<'a>(
             for op in &fe.ops {
                 match op {
                     FieldOp::Test(Test::Eq(v)) => f(&fe.path, v)?,
-                    FieldOp::Test(Test::In(list)) if list.values().len() == 1 => f(&fe.path, &list.values()[0])?,
+                    FieldOp::Test(Test::In(list)) if list.values().len() == 1 => {
+                        f(&fe.path, &list.values()[0])?
+                    }
                     _ => {}
                 }
             }
@@ -167,12 +184,20 @@ fn apply_entry(doc: &mut Value, e: &Entry, now_ms: i64, insert: bool) -> Result<
                 "cannot apply $mul to the non-numeric value {other} at '{path}'"
             ))),
             None => {
-                let zero = if by.is_f64() { Value::from(0.0) } else { Value::from(0) };
+                let zero = if by.is_f64() {
+                    Value::from(0.0)
+                } else {
+                    Value::from(0)
+                };
                 set_path(doc, segs, zero)
             }
         },
         Op::Min(v) | Op::Max(v) => {
-            let want = if matches!(e.op, Op::Min(_)) { Ordering::Less } else { Ordering::Greater };
+            let want = if matches!(e.op, Op::Min(_)) {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            };
             match get_path(doc, segs) {
                 Some(cur) if compare(v, cur) != want => Ok(()),
                 _ => set_path(doc, segs, v.clone()),
@@ -280,7 +305,11 @@ fn apply_push(items: &mut Vec<Value>, push: &Push) {
     match &push.sort {
         Some(PushSort::Values { desc }) => items.sort_by(|a, b| {
             let o = compare(a, b);
-            if *desc { o.reverse() } else { o }
+            if *desc {
+                o.reverse()
+            } else {
+                o
+            }
         }),
         Some(PushSort::Fields(sort)) => items.sort_by(|a, b| sort.compare(a, b)),
         None => {}
@@ -315,7 +344,9 @@ fn arith(
         (a, b) if a.is_integer_kind() && b.is_integer_kind() => Err(overflow()),
         (a, b) => {
             let r = float_op(a.as_f64(), b.as_f64());
-            herald_value::Number::from_f64(r).map(Value::Number).ok_or_else(overflow)
+            herald_value::Number::from_f64(r)
+                .map(Value::Number)
+                .ok_or_else(overflow)
         }
     }
 }
@@ -360,11 +391,16 @@ pub(crate) fn set_path(doc: &mut Value, segs: &[Segment], v: Value) -> Result<()
                     m.insert(seg.name.to_string(), v);
                     return Ok(());
                 }
-                m.entry(seg.name.to_string()).or_insert_with(|| Value::Object(Map::new()))
+                m.entry(seg.name.to_string())
+                    .or_insert_with(|| Value::Object(Map::new()))
             }
             Value::Array(items) => {
                 let Some(idx) = seg.index else {
-                    return Err(not_viable(segs, i, "is an array and the segment is not a position"));
+                    return Err(not_viable(
+                        segs,
+                        i,
+                        "is an array and the segment is not a position",
+                    ));
                 };
                 if idx >= items.len() {
                     items.resize(idx + 1, Value::Null);
@@ -407,7 +443,9 @@ fn unset_path(doc: &mut Value, segs: &[Segment]) -> Option<Value> {
     }
     match cur {
         Value::Object(m) => m.shift_remove(&*last.name),
-        Value::Array(items) => items.get_mut(last.index?).map(|slot| std::mem::replace(slot, Value::Null)),
+        Value::Array(items) => items
+            .get_mut(last.index?)
+            .map(|slot| std::mem::replace(slot, Value::Null)),
         _ => None,
     }
 }
@@ -418,62 +456,147 @@ mod tests {
     use herald_value::json;
 
     fn up(doc: Value, u: Value) -> Result<Value, &'static str> {
-        Update::parse(&u).map_err(|e| e.code())?.apply(&doc, 0).map_err(|e| e.code())
+        Update::parse(&u)
+            .map_err(|e| e.code())?
+            .apply(&doc, 0)
+            .map_err(|e| e.code())
     }
 
     #[test]
     fn set_creates_paths_in_field_order() {
-        assert_eq!(up(json!({"_id": 1}), json!({"$set": {"b": 1, "a.c": 2}})), Ok(json!({"_id": 1, "a": {"c": 2}, "b": 1})));
-        assert_eq!(up(json!({"a": [1]}), json!({"$set": {"a.3": 9}})), Ok(json!({"a": [1, null, null, 9]})));
-        assert_eq!(up(json!({"a": 5}), json!({"$set": {"a.b": 1}})), Err("path_not_viable"));
-        assert_eq!(up(json!({"a": [1]}), json!({"$set": {"a.b": 1}})), Err("path_not_viable"));
+        assert_eq!(
+            up(json!({"_id": 1}), json!({"$set": {"b": 1, "a.c": 2}})),
+            Ok(json!({"_id": 1, "a": {"c": 2}, "b": 1}))
+        );
+        assert_eq!(
+            up(json!({"a": [1]}), json!({"$set": {"a.3": 9}})),
+            Ok(json!({"a": [1, null, null, 9]}))
+        );
+        assert_eq!(
+            up(json!({"a": 5}), json!({"$set": {"a.b": 1}})),
+            Err("path_not_viable")
+        );
+        assert_eq!(
+            up(json!({"a": [1]}), json!({"$set": {"a.b": 1}})),
+            Err("path_not_viable")
+        );
     }
 
     #[test]
     fn arithmetic() {
-        assert_eq!(up(json!({"n": 1}), json!({"$inc": {"n": 2, "m": 1}})), Ok(json!({"n": 3, "m": 1})));
-        assert_eq!(up(json!({"n": 1}), json!({"$inc": {"n": 0.5}})), Ok(json!({"n": 1.5})));
-        assert_eq!(up(json!({"n": i64::MAX}), json!({"$inc": {"n": 1}})), Err("numeric_overflow"));
-        assert_eq!(up(json!({"n": "x"}), json!({"$inc": {"n": 1}})), Err("type_mismatch"));
-        assert_eq!(up(json!({}), json!({"$mul": {"n": 2.5}})), Ok(json!({"n": 0.0})));
+        assert_eq!(
+            up(json!({"n": 1}), json!({"$inc": {"n": 2, "m": 1}})),
+            Ok(json!({"n": 3, "m": 1}))
+        );
+        assert_eq!(
+            up(json!({"n": 1}), json!({"$inc": {"n": 0.5}})),
+            Ok(json!({"n": 1.5}))
+        );
+        assert_eq!(
+            up(json!({"n": i64::MAX}), json!({"$inc": {"n": 1}})),
+            Err("numeric_overflow")
+        );
+        assert_eq!(
+            up(json!({"n": "x"}), json!({"$inc": {"n": 1}})),
+            Err("type_mismatch")
+        );
+        assert_eq!(
+            up(json!({}), json!({"$mul": {"n": 2.5}})),
+            Ok(json!({"n": 0.0}))
+        );
     }
 
     #[test]
     fn arrays() {
         assert_eq!(
-            up(json!({"a": [3, 1]}), json!({"$push": {"a": {"$each": [5, 2], "$sort": 1, "$slice": 3}}})),
+            up(
+                json!({"a": [3, 1]}),
+                json!({"$push": {"a": {"$each": [5, 2], "$sort": 1, "$slice": 3}}})
+            ),
             Ok(json!({"a": [1, 2, 3]}))
         );
-        assert_eq!(up(json!({"a": [1, 2]}), json!({"$push": {"a": {"$each": [9], "$position": -1}}})), Ok(json!({"a": [1, 9, 2]})));
-        assert_eq!(up(json!({"a": [1, 2]}), json!({"$addToSet": {"a": {"$each": [2, 3, 3]}}})), Ok(json!({"a": [1, 2, 3]})));
-        assert_eq!(up(json!({"a": [1, 5, 7]}), json!({"$pull": {"a": {"$gte": 5}}})), Ok(json!({"a": [1]})));
         assert_eq!(
-            up(json!({"a": [{"s": 8, "i": "B"}, {"s": 8, "i": "A"}]}), json!({"$pull": {"a": {"s": 8, "i": "B"}}})),
+            up(
+                json!({"a": [1, 2]}),
+                json!({"$push": {"a": {"$each": [9], "$position": -1}}})
+            ),
+            Ok(json!({"a": [1, 9, 2]}))
+        );
+        assert_eq!(
+            up(
+                json!({"a": [1, 2]}),
+                json!({"$addToSet": {"a": {"$each": [2, 3, 3]}}})
+            ),
+            Ok(json!({"a": [1, 2, 3]}))
+        );
+        assert_eq!(
+            up(
+                json!({"a": [1, 5, 7]}),
+                json!({"$pull": {"a": {"$gte": 5}}})
+            ),
+            Ok(json!({"a": [1]}))
+        );
+        assert_eq!(
+            up(
+                json!({"a": [{"s": 8, "i": "B"}, {"s": 8, "i": "A"}]}),
+                json!({"$pull": {"a": {"s": 8, "i": "B"}}})
+            ),
             Ok(json!({"a": [{"s": 8, "i": "A"}]}))
         );
-        assert_eq!(up(json!({"a": 1}), json!({"$push": {"a": 2}})), Err("type_mismatch"));
-        assert_eq!(up(json!({"a": [1, 2]}), json!({"$pop": {"a": -1}})), Ok(json!({"a": [2]})));
+        assert_eq!(
+            up(json!({"a": 1}), json!({"$push": {"a": 2}})),
+            Err("type_mismatch")
+        );
+        assert_eq!(
+            up(json!({"a": [1, 2]}), json!({"$pop": {"a": -1}})),
+            Ok(json!({"a": [2]}))
+        );
     }
 
     #[test]
     fn id_is_immutable() {
-        assert_eq!(up(json!({"_id": 1}), json!({"$set": {"_id": 2}})), Err("immutable_field"));
-        assert_eq!(up(json!({"_id": 1}), json!({"$set": {"_id": 1}})), Ok(json!({"_id": 1})));
-        assert_eq!(up(json!({"_id": 1, "a": 1}), json!({"b": 2})), Ok(json!({"_id": 1, "b": 2})));
-        assert_eq!(up(json!({"_id": 1}), json!({"_id": 2})), Err("immutable_field"));
+        assert_eq!(
+            up(json!({"_id": 1}), json!({"$set": {"_id": 2}})),
+            Err("immutable_field")
+        );
+        assert_eq!(
+            up(json!({"_id": 1}), json!({"$set": {"_id": 1}})),
+            Ok(json!({"_id": 1}))
+        );
+        assert_eq!(
+            up(json!({"_id": 1, "a": 1}), json!({"b": 2})),
+            Ok(json!({"_id": 1, "b": 2}))
+        );
+        assert_eq!(
+            up(json!({"_id": 1}), json!({"_id": 2})),
+            Err("immutable_field")
+        );
     }
 
     #[test]
     fn rename_and_unset() {
-        assert_eq!(up(json!({"a": 1, "b": 2}), json!({"$rename": {"a": "c"}})), Ok(json!({"b": 2, "c": 1})));
-        assert_eq!(up(json!({"a": [1, 2]}), json!({"$unset": {"a.0": 1}})), Ok(json!({"a": [null, 2]})));
-        assert_eq!(up(json!({"a": [{"b": 1}]}), json!({"$rename": {"a.0.b": "c"}})), Err("path_not_viable"));
+        assert_eq!(
+            up(json!({"a": 1, "b": 2}), json!({"$rename": {"a": "c"}})),
+            Ok(json!({"b": 2, "c": 1}))
+        );
+        assert_eq!(
+            up(json!({"a": [1, 2]}), json!({"$unset": {"a.0": 1}})),
+            Ok(json!({"a": [null, 2]}))
+        );
+        assert_eq!(
+            up(json!({"a": [{"b": 1}]}), json!({"$rename": {"a.0.b": "c"}})),
+            Err("path_not_viable")
+        );
     }
 
     #[test]
     fn upsert_seeds_from_filter() {
-        let f = Filter::parse(&json!({"_id": "k", "a.b": 1, "c": {"$gt": 3}, "d": {"$in": [4]}})).unwrap();
+        let f = Filter::parse(&json!({"_id": "k", "a.b": 1, "c": {"$gt": 3}, "d": {"$in": [4]}}))
+            .unwrap();
         let u = Update::parse(&json!({"$set": {"e": 2}, "$setOnInsert": {"f": 1}})).unwrap();
-        assert_eq!(u.upsert_document(&f, 0).unwrap(), json!({"_id": "k", "a": {"b": 1}, "d": 4, "e": 2, "f": 1}));
+        assert_eq!(
+            u.upsert_document(&f, 0).unwrap(),
+            json!({"_id": "k", "a": {"b": 1}, "d": 4, "e": 2, "f": 1})
+        );
     }
 }

@@ -62,7 +62,10 @@ pub enum Test {
     Exists,
     Type(TypeSet),
     Regex(Box<Pattern>),
-    Mod { divisor: i64, remainder: i64 },
+    Mod {
+        divisor: i64,
+        remainder: i64,
+    },
     Size(usize),
     /// `$elemMatch` with a query on embedded documents.
     ElemMatchDoc(Box<Expr>),
@@ -95,7 +98,9 @@ impl InList {
 
     #[inline]
     fn contains(&self, v: &Value) -> bool {
-        self.sorted.binary_search_by(|probe| compare(probe, v)).is_ok()
+        self.sorted
+            .binary_search_by(|probe| compare(probe, v))
+            .is_ok()
     }
 }
 
@@ -245,7 +250,9 @@ impl Test {
                         Num::I(i) => i,
                         Num::U(u) => u as i64,
                         // Doubles outside the 64-bit range never match, as in MongoDB.
-                        Num::F(f) if f.is_finite() && f.abs() < 9.223_372_036_854_775e18 => f.trunc() as i64,
+                        Num::F(f) if f.is_finite() && f.abs() < 9.223_372_036_854_775e18 => {
+                            f.trunc() as i64
+                        }
                         Num::F(_) => return false,
                     };
                     x.checked_rem(*divisor).unwrap_or(0) == *remainder

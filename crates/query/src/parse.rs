@@ -61,7 +61,9 @@ impl Parser {
 
     fn filter(&mut self, v: &Value, depth: usize) -> Result<Expr, QueryError> {
         let Value::Object(map) = v else {
-            return Err(QueryError::BadFilter(format!("a filter must be an object, got {v}")));
+            return Err(QueryError::BadFilter(format!(
+                "a filter must be an object, got {v}"
+            )));
         };
         let mut clauses = Vec::with_capacity(map.len());
         for (key, arg) in map {
@@ -79,8 +81,8 @@ impl Parser {
                     _ => return Err(unknown("", key)),
                 }
             } else {
-                let path = FieldPath::parse(key)
-                    .map_err(|e| QueryError::BadFilter(e.to_string()))?;
+                let path =
+                    FieldPath::parse(key).map_err(|e| QueryError::BadFilter(e.to_string()))?;
                 let ops = self.field_value(&path, arg, depth)?;
                 clauses.push(Expr::Field(FieldExpr { path, ops }));
             }
@@ -116,7 +118,12 @@ impl Parser {
     }
 
     /// The value of a field clause: an operator object or a literal to compare for equality.
-    fn field_value(&mut self, path: &FieldPath, v: &Value, depth: usize) -> Result<Vec<FieldOp>, QueryError> {
+    fn field_value(
+        &mut self,
+        path: &FieldPath,
+        v: &Value,
+        depth: usize,
+    ) -> Result<Vec<FieldOp>, QueryError> {
         match v {
             Value::Object(m) if is_operator_object(m) => self.operators(path, m, depth),
             literal => {
@@ -126,12 +133,21 @@ impl Parser {
         }
     }
 
-    fn operators(&mut self, path: &FieldPath, m: &Map<String, Value>, depth: usize) -> Result<Vec<FieldOp>, QueryError> {
+    fn operators(
+        &mut self,
+        path: &FieldPath,
+        m: &Map<String, Value>,
+        depth: usize,
+    ) -> Result<Vec<FieldOp>, QueryError> {
         let p = path.as_str();
         let mut ops = Vec::with_capacity(m.len());
         let options = m.get("$options");
         if options.is_some() && !m.contains_key("$regex") {
-            return Err(QueryError::operand(p, "$options", "$options needs a $regex beside it"));
+            return Err(QueryError::operand(
+                p,
+                "$options",
+                "$options needs a $regex beside it",
+            ));
         }
         for (op, arg) in m {
             self.count()?;
@@ -147,7 +163,9 @@ impl Parser {
                 "$lte" => Test::Cmp(CmpOp::Lte, arg.clone()),
                 "$in" => Test::In(in_list(p, op, arg)?),
                 "$nin" => {
-                    ops.push(FieldOp::Not(vec![FieldOp::Test(Test::In(in_list(p, op, arg)?))]));
+                    ops.push(FieldOp::Not(vec![FieldOp::Test(Test::In(in_list(
+                        p, op, arg,
+                    )?))]));
                     continue;
                 }
                 "$exists" => {
@@ -166,7 +184,13 @@ impl Parser {
                     let flags = match options {
                         None => "",
                         Some(Value::String(s)) => s.as_str(),
-                        Some(_) => return Err(QueryError::operand(p, "$options", "$options must be a string")),
+                        Some(_) => {
+                            return Err(QueryError::operand(
+                                p,
+                                "$options",
+                                "$options must be a string",
+                            ))
+                        }
                     };
                     Test::Regex(Box::new(Pattern::compile(p, source, flags)?))
                 }
@@ -186,10 +210,14 @@ impl Parser {
                             continue;
                         }
                         Value::Object(inner) if inner.is_empty() => {
-                            return Err(QueryError::BadFilter(format!("$not at '{p}' cannot be empty")))
+                            return Err(QueryError::BadFilter(format!(
+                                "$not at '{p}' cannot be empty"
+                            )))
                         }
                         _ => {
-                            return Err(QueryError::BadFilter(format!("$not at '{p}' needs an object of operators")))
+                            return Err(QueryError::BadFilter(format!(
+                                "$not at '{p}' needs an object of operators"
+                            )))
                         }
                     }
                 }
@@ -201,7 +229,13 @@ impl Parser {
         Ok(ops)
     }
 
-    fn all(&mut self, path: &FieldPath, arg: &Value, depth: usize, ops: &mut Vec<FieldOp>) -> Result<(), QueryError> {
+    fn all(
+        &mut self,
+        path: &FieldPath,
+        arg: &Value,
+        depth: usize,
+        ops: &mut Vec<FieldOp>,
+    ) -> Result<(), QueryError> {
         let p = path.as_str();
         let Value::Array(items) = arg else {
             return Err(QueryError::operand(p, "$all", "$all needs an array"));
@@ -216,7 +250,11 @@ impl Parser {
         let elem_match = |v: &Value| matches!(v, Value::Object(m) if m.len() == 1 && m.contains_key("$elemMatch"));
         let n_elem = items.iter().filter(|v| elem_match(v)).count();
         if n_elem > 0 && n_elem < items.len() {
-            return Err(QueryError::operand(p, "$all", "$all cannot mix $elemMatch and plain values"));
+            return Err(QueryError::operand(
+                p,
+                "$all",
+                "$all cannot mix $elemMatch and plain values",
+            ));
         }
         for item in items {
             self.count()?;
@@ -230,17 +268,25 @@ impl Parser {
         Ok(())
     }
 
-    fn elem_match(&mut self, path: &FieldPath, arg: &Value, depth: usize) -> Result<Test, QueryError> {
+    fn elem_match(
+        &mut self,
+        path: &FieldPath,
+        arg: &Value,
+        depth: usize,
+    ) -> Result<Test, QueryError> {
         let depth = Self::deeper(depth)?;
         let Value::Object(m) = arg else {
-            return Err(QueryError::operand(path.as_str(), "$elemMatch", "$elemMatch needs an object"));
+            return Err(QueryError::operand(
+                path.as_str(),
+                "$elemMatch",
+                "$elemMatch needs an object",
+            ));
         };
         // Value form when the object is made of field operators ({"$gte": 80, "$lt": 85});
         // document form otherwise ({"score": {"$gt": 8}, "item": "B"}).
-        let value_form = m
-            .keys()
-            .next()
-            .is_some_and(|k| k.starts_with('$') && !matches!(k.as_str(), "$and" | "$or" | "$nor" | "$comment"));
+        let value_form = m.keys().next().is_some_and(|k| {
+            k.starts_with('$') && !matches!(k.as_str(), "$and" | "$or" | "$nor" | "$comment")
+        });
         if value_form {
             Ok(Test::ElemMatchValue(self.operators(path, m, depth)?))
         } else {
@@ -262,7 +308,9 @@ fn unknown(path: &str, op: &str) -> QueryError {
 }
 
 fn list_too_long(path: &str, op: &str) -> QueryError {
-    QueryError::LimitExceeded(format!("{op} at '{path}' has more than {IN_VALUES_MAX} values"))
+    QueryError::LimitExceeded(format!(
+        "{op} at '{path}' has more than {IN_VALUES_MAX} values"
+    ))
 }
 
 fn truthy(v: &Value) -> bool {
@@ -276,13 +324,24 @@ fn truthy(v: &Value) -> bool {
 
 fn in_list(path: &str, op: &str, arg: &Value) -> Result<InList, QueryError> {
     let Value::Array(items) = arg else {
-        return Err(QueryError::operand(path, op, format!("{op} needs an array")));
+        return Err(QueryError::operand(
+            path,
+            op,
+            format!("{op} needs an array"),
+        ));
     };
     if items.len() > IN_VALUES_MAX {
         return Err(list_too_long(path, op));
     }
-    if let Some(bad) = items.iter().find(|v| matches!(v, Value::Object(m) if is_operator_object(m))) {
-        return Err(QueryError::operand(path, op, format!("{op} cannot contain operators, got {bad}")));
+    if let Some(bad) = items
+        .iter()
+        .find(|v| matches!(v, Value::Object(m) if is_operator_object(m)))
+    {
+        return Err(QueryError::operand(
+            path,
+            op,
+            format!("{op} cannot contain operators, got {bad}"),
+        ));
     }
     Ok(InList::new(items.clone()))
 }
@@ -300,15 +359,35 @@ fn type_set(path: &str, arg: &Value) -> Result<TypeSet, QueryError> {
                 "int" => TypeSet::INT,
                 "long" => TypeSet::LONG,
                 "number" => TypeSet::DOUBLE | TypeSet::INT | TypeSet::LONG,
-                "binData" | "undefined" | "objectId" | "date" | "regex" | "dbPointer"
-                | "javascript" | "symbol" | "javascriptWithScope" | "timestamp" | "decimal"
-                | "minKey" | "maxKey" => 0,
-                _ => return Err(QueryError::operand(path, "$type", format!("unknown type alias {v}"))),
+                "binData"
+                | "undefined"
+                | "objectId"
+                | "date"
+                | "regex"
+                | "dbPointer"
+                | "javascript"
+                | "symbol"
+                | "javascriptWithScope"
+                | "timestamp"
+                | "decimal"
+                | "minKey"
+                | "maxKey" => 0,
+                _ => {
+                    return Err(QueryError::operand(
+                        path,
+                        "$type",
+                        format!("unknown type alias {v}"),
+                    ))
+                }
             },
             Value::Number(n) => {
                 let f = Num::of(n).as_f64();
                 if f.fract() != 0.0 {
-                    return Err(QueryError::operand(path, "$type", format!("type code {v} is not an integer")));
+                    return Err(QueryError::operand(
+                        path,
+                        "$type",
+                        format!("type code {v} is not an integer"),
+                    ));
                 }
                 match f as i64 {
                     1 => TypeSet::DOUBLE,
@@ -320,17 +399,31 @@ fn type_set(path: &str, arg: &Value) -> Result<TypeSet, QueryError> {
                     16 => TypeSet::INT,
                     18 => TypeSet::LONG,
                     5 | 6 | 7 | 9 | 11..=15 | 17 | 19 | -1 | 127 => 0,
-                    _ => return Err(QueryError::operand(path, "$type", format!("unknown type code {v}"))),
+                    _ => {
+                        return Err(QueryError::operand(
+                            path,
+                            "$type",
+                            format!("unknown type code {v}"),
+                        ))
+                    }
                 }
             }
-            _ => return Err(QueryError::operand(path, "$type", format!("$type needs a type alias or code, got {v}"))),
+            _ => {
+                return Err(QueryError::operand(
+                    path,
+                    "$type",
+                    format!("$type needs a type alias or code, got {v}"),
+                ))
+            }
         };
         Ok(bits)
     };
     match arg {
-        Value::Array(items) if items.is_empty() => {
-            Err(QueryError::operand(path, "$type", "$type needs at least one type"))
-        }
+        Value::Array(items) if items.is_empty() => Err(QueryError::operand(
+            path,
+            "$type",
+            "$type needs at least one type",
+        )),
         Value::Array(items) => {
             let mut bits = 0;
             for item in items {
@@ -356,7 +449,9 @@ fn integer_of(v: &Value) -> Option<i64> {
 
 fn modulo(path: &str, arg: &Value) -> Result<Test, QueryError> {
     let bad = || QueryError::operand(path, "$mod", "$mod needs [divisor, remainder] with numbers");
-    let Value::Array(items) = arg else { return Err(bad()) };
+    let Value::Array(items) = arg else {
+        return Err(bad());
+    };
     if items.len() != 2 {
         return Err(bad());
     }
@@ -369,8 +464,16 @@ fn modulo(path: &str, arg: &Value) -> Result<Test, QueryError> {
 }
 
 fn size(path: &str, arg: &Value) -> Result<usize, QueryError> {
-    let bad = || QueryError::operand(path, "$size", format!("$size needs a non-negative integer, got {arg}"));
-    let Value::Number(n) = arg else { return Err(bad()) };
+    let bad = || {
+        QueryError::operand(
+            path,
+            "$size",
+            format!("$size needs a non-negative integer, got {arg}"),
+        )
+    };
+    let Value::Number(n) = arg else {
+        return Err(bad());
+    };
     let n = match Num::of(n) {
         Num::I(i) => i,
         Num::F(f) if f.fract() == 0.0 && f.abs() < 1e15 => f as i64,
@@ -413,7 +516,9 @@ mod tests {
             deep = json!({ "$and": [deep] });
         }
         assert_eq!(code(deep), "limit_exceeded");
-        let wide: Map<String, Value> = (0..=FILTER_NODES_MAX).map(|i| (format!("f{i}"), json!(1))).collect();
+        let wide: Map<String, Value> = (0..=FILTER_NODES_MAX)
+            .map(|i| (format!("f{i}"), json!(1)))
+            .collect();
         assert_eq!(code(Value::Object(wide)), "limit_exceeded");
     }
 }

@@ -35,7 +35,10 @@ struct Node {
 
 impl Node {
     fn child(&self, name: &str) -> Option<&Node> {
-        self.children.iter().find(|(k, _)| k == name).map(|(_, n)| n)
+        self.children
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, n)| n)
     }
 
     fn insert(&mut self, path: &FieldPath) -> Result<(), QueryError> {
@@ -71,7 +74,11 @@ impl Projection {
         let map = match spec {
             Value::Null => return Ok(Projection::all()),
             Value::Object(m) => m,
-            other => return Err(QueryError::BadProjection(format!("projection must be an object, got {other}"))),
+            other => {
+                return Err(QueryError::BadProjection(format!(
+                    "projection must be an object, got {other}"
+                )))
+            }
         };
         if map.len() > PROJECTION_FIELDS_MAX {
             return Err(QueryError::LimitExceeded(format!(
@@ -96,12 +103,17 @@ impl Projection {
                     "positional and operator projections are not supported: '{field}'"
                 )));
             }
-            let path = FieldPath::parse(field).map_err(|e| QueryError::BadProjection(e.to_string()))?;
+            let path =
+                FieldPath::parse(field).map_err(|e| QueryError::BadProjection(e.to_string()))?;
             if field == "_id" {
                 keep_id = include;
                 continue;
             }
-            let want = if include { Mode::Include } else { Mode::Exclude };
+            let want = if include {
+                Mode::Include
+            } else {
+                Mode::Exclude
+            };
             if mode != Mode::All && mode != want {
                 return Err(QueryError::BadProjection(
                     "cannot mix inclusion and exclusion (except for _id)".into(),
@@ -117,7 +129,11 @@ impl Projection {
             // {"_id": 1} alone is an inclusion of just _id.
             mode = Mode::Include;
         }
-        Ok(Projection { mode, tree, keep_id })
+        Ok(Projection {
+            mode,
+            tree,
+            keep_id,
+        })
     }
 
     pub fn all() -> Projection {
@@ -130,7 +146,9 @@ impl Projection {
 
     /// Applies the projection to one document.
     pub fn apply(&self, doc: &Value) -> Value {
-        let Value::Object(m) = doc else { return doc.clone() };
+        let Value::Object(m) = doc else {
+            return doc.clone();
+        };
         match self.mode {
             Mode::All => doc.clone(),
             Mode::Include => Value::Object(include_object(m, &self.tree, Some(self.keep_id))),
@@ -163,10 +181,13 @@ fn include_value(v: &Value, node: &Node) -> Option<Value> {
     match v {
         Value::Object(m) => Some(Value::Object(include_object(m, node, None))),
         Value::Array(items) => Some(Value::Array(
-            items.iter().filter_map(|e| match e {
-                Value::Object(_) | Value::Array(_) => include_value(e, node),
-                _ => None,
-            }).collect(),
+            items
+                .iter()
+                .filter_map(|e| match e {
+                    Value::Object(_) | Value::Array(_) => include_value(e, node),
+                    _ => None,
+                })
+                .collect(),
         )),
         _ => None,
     }
@@ -214,8 +235,14 @@ mod tests {
     #[test]
     fn inclusion_and_exclusion() {
         let doc = json!({"_id": "x", "a": [{"b": 1, "c": 2}, 3], "d": {"e": 1, "f": 2}, "g": 5});
-        assert_eq!(p(json!({"a.b": 1, "d.f": 1}), doc.clone()), json!({"_id": "x", "a": [{"b": 1}], "d": {"f": 2}}));
-        assert_eq!(p(json!({"a.b": 0, "_id": 0}), doc.clone()), json!({"a": [{"c": 2}, 3], "d": {"e": 1, "f": 2}, "g": 5}));
+        assert_eq!(
+            p(json!({"a.b": 1, "d.f": 1}), doc.clone()),
+            json!({"_id": "x", "a": [{"b": 1}], "d": {"f": 2}})
+        );
+        assert_eq!(
+            p(json!({"a.b": 0, "_id": 0}), doc.clone()),
+            json!({"a": [{"c": 2}, 3], "d": {"e": 1, "f": 2}, "g": 5})
+        );
         assert_eq!(p(json!({"_id": 1}), doc.clone()), json!({"_id": "x"}));
         assert_eq!(p(json!({"_id": 0}), doc.clone())["g"], json!(5));
         assert_eq!(p(json!({}), doc.clone()), doc);
@@ -223,9 +250,27 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert_eq!(Projection::parse(&json!({"a": 1, "b": 0})).unwrap_err().code(), "bad_projection");
-        assert_eq!(Projection::parse(&json!({"a": 1, "a.b": 1})).unwrap_err().code(), "bad_projection");
-        assert_eq!(Projection::parse(&json!({"a": {"$slice": 1}})).unwrap_err().code(), "bad_projection");
-        assert_eq!(Projection::parse(&json!({"a.$": 1})).unwrap_err().code(), "bad_projection");
+        assert_eq!(
+            Projection::parse(&json!({"a": 1, "b": 0}))
+                .unwrap_err()
+                .code(),
+            "bad_projection"
+        );
+        assert_eq!(
+            Projection::parse(&json!({"a": 1, "a.b": 1}))
+                .unwrap_err()
+                .code(),
+            "bad_projection"
+        );
+        assert_eq!(
+            Projection::parse(&json!({"a": {"$slice": 1}}))
+                .unwrap_err()
+                .code(),
+            "bad_projection"
+        );
+        assert_eq!(
+            Projection::parse(&json!({"a.$": 1})).unwrap_err().code(),
+            "bad_projection"
+        );
     }
 }

@@ -41,11 +41,19 @@ impl Query {
             )));
         }
         if m.get("filter").is_some_and(Value::is_null) {
-            return Err(QueryError::BadFilter("filter must be an object, got null".into()));
+            return Err(QueryError::BadFilter(
+                "filter must be an object, got null".into(),
+            ));
         }
         let null = Value::Null;
         let get = |k: &str| m.get(k).unwrap_or(&null);
-        Query::from_parts(get("filter"), get("sort"), get("skip"), get("limit"), get("projection"))
+        Query::from_parts(
+            get("filter"),
+            get("sort"),
+            get("skip"),
+            get("limit"),
+            get("projection"),
+        )
     }
 
     /// Builds a query from its parts; `null` stands for an absent part.
@@ -78,13 +86,25 @@ impl Query {
     where
         I: IntoIterator<Item = &'a Value>,
     {
-        let mut hits: Vec<Value> = docs.into_iter().filter(|d| self.filter.matches(d)).cloned().collect();
+        let mut hits: Vec<Value> = docs
+            .into_iter()
+            .filter(|d| self.filter.matches(d))
+            .cloned()
+            .collect();
         self.sort.sort(&mut hits);
-        let end = self.limit.map_or(usize::MAX, |l| self.skip.saturating_add(l));
+        let end = self
+            .limit
+            .map_or(usize::MAX, |l| self.skip.saturating_add(l));
         hits.into_iter()
             .take(end)
             .skip(self.skip)
-            .map(|d| if self.projection.is_all() { d } else { self.projection.apply(&d) })
+            .map(|d| {
+                if self.projection.is_all() {
+                    d
+                } else {
+                    self.projection.apply(&d)
+                }
+            })
             .collect()
     }
 }
@@ -109,7 +129,9 @@ mod tests {
 
     #[test]
     fn runs_filter_sort_skip_limit_projection() {
-        let docs: Vec<Value> = (0..10).map(|i| json!({"_id": format!("d{i}"), "n": i % 4, "x": i})).collect();
+        let docs: Vec<Value> = (0..10)
+            .map(|i| json!({"_id": format!("d{i}"), "n": i % 4, "x": i}))
+            .collect();
         let q = Query::parse(&json!({"filter": {"n": {"$gte": 1}}, "sort": {"n": -1}, "skip": 1, "limit": 3, "projection": {"x": 1, "_id": 0}})).unwrap();
         let out = q.run(&docs);
         assert_eq!(out, vec![json!({"x": 7}), json!({"x": 2}), json!({"x": 6})]);
@@ -117,8 +139,17 @@ mod tests {
 
     #[test]
     fn envelope_errors() {
-        assert_eq!(Query::parse(&json!({"limt": 1})).unwrap_err().code(), "bad_query");
-        assert_eq!(Query::parse(&json!({"skip": -1})).unwrap_err().code(), "bad_query");
-        assert_eq!(Query::parse(&json!({"limit": 1.5})).unwrap_err().code(), "bad_query");
+        assert_eq!(
+            Query::parse(&json!({"limt": 1})).unwrap_err().code(),
+            "bad_query"
+        );
+        assert_eq!(
+            Query::parse(&json!({"skip": -1})).unwrap_err().code(),
+            "bad_query"
+        );
+        assert_eq!(
+            Query::parse(&json!({"limit": 1.5})).unwrap_err().code(),
+            "bad_query"
+        );
     }
 }

@@ -42,7 +42,10 @@ impl Pattern {
             }
         }
         // Parse the syntax first so unsupported features get their own code.
-        let ast = ParserBuilder::new().ignore_whitespace(x).build().parse(source);
+        let ast = ParserBuilder::new()
+            .ignore_whitespace(x)
+            .build()
+            .parse(source);
         if let Err(e) = &ast {
             let unsupported = matches!(
                 e.kind(),
@@ -134,24 +137,47 @@ mod tests {
         assert!(Pattern::compile("p", "^b", "m").unwrap().is_match("a\nb"));
         assert!(!Pattern::compile("p", "^b", "").unwrap().is_match("a\nb"));
         assert!(Pattern::compile("p", "a.b", "s").unwrap().is_match("a\nb"));
-        assert!(Pattern::compile("p", "a b # comment", "x").unwrap().is_match("ab"));
+        assert!(Pattern::compile("p", "a b # comment", "x")
+            .unwrap()
+            .is_match("ab"));
         // PCRE's `$` matches before a final newline unless `\z` is used.
         assert!(Pattern::compile("p", "end$", "").unwrap().is_match("end\n"));
-        assert!(!Pattern::compile("p", "end$", "").unwrap().is_match("end\nmore"));
-        assert!(!Pattern::compile("p", "end\\z", "").unwrap().is_match("end\n"));
-        assert_eq!(Pattern::compile("p", "a", "g").unwrap_err().code(), "bad_regex");
+        assert!(!Pattern::compile("p", "end$", "")
+            .unwrap()
+            .is_match("end\nmore"));
+        assert!(!Pattern::compile("p", "end\\z", "")
+            .unwrap()
+            .is_match("end\n"));
+        assert_eq!(
+            Pattern::compile("p", "a", "g").unwrap_err().code(),
+            "bad_regex"
+        );
     }
 
     #[test]
     fn refuses_backtracking() {
         for p in ["a(?=b)", "(?!x)y", "(?<=a)b", "(a)\\1"] {
-            assert_eq!(Pattern::compile("p", p, "").unwrap_err().code(), "unsupported_regex", "{p}");
+            assert_eq!(
+                Pattern::compile("p", p, "").unwrap_err().code(),
+                "unsupported_regex",
+                "{p}"
+            );
         }
-        assert_eq!(Pattern::compile("p", "(ab", "").unwrap_err().code(), "bad_regex");
         assert_eq!(
-            Pattern::compile("p", &"a".repeat(REGEX_BYTES_MAX + 1), "").unwrap_err().code(),
+            Pattern::compile("p", "(ab", "").unwrap_err().code(),
+            "bad_regex"
+        );
+        assert_eq!(
+            Pattern::compile("p", &"a".repeat(REGEX_BYTES_MAX + 1), "")
+                .unwrap_err()
+                .code(),
             "limit_exceeded"
         );
-        assert_eq!(Pattern::compile("p", "(\\w{100}){100}", "").unwrap_err().code(), "limit_exceeded");
+        assert_eq!(
+            Pattern::compile("p", "(\\w{100}){100}", "")
+                .unwrap_err()
+                .code(),
+            "limit_exceeded"
+        );
     }
 }

@@ -28,7 +28,11 @@ enum Cursor<'a, 'p> {
 }
 
 /// The sort key of `doc` for the given paths and directions.
-pub fn sort_key<'a, 'p>(doc: &'a Map<String, Value>, paths: &[&'p [Segment]], dirs: &[Direction]) -> Vec<KeyValue<'a>> {
+pub fn sort_key<'a, 'p>(
+    doc: &'a Map<String, Value>,
+    paths: &[&'p [Segment]],
+    dirs: &[Direction],
+) -> Vec<KeyValue<'a>> {
     let cursors: Vec<Cursor<'a, 'p>> = paths.iter().map(|p| advance(Cursor::At(doc, p))).collect();
     let mut best = None;
     let mut budget = TUPLES_MAX;
@@ -38,7 +42,9 @@ pub fn sort_key<'a, 'p>(doc: &'a Map<String, Value>, paths: &[&'p [Segment]], di
 
 /// Walks through plain objects until the path ends, goes missing, or meets an array.
 fn advance<'a, 'p>(c: Cursor<'a, 'p>) -> Cursor<'a, 'p> {
-    let Cursor::At(mut obj, path) = c else { return c };
+    let Cursor::At(mut obj, path) = c else {
+        return c;
+    };
     for (i, seg) in path.iter().enumerate() {
         match obj.get(&*seg.name) {
             None => return Cursor::Done(KeyValue::Null),
@@ -67,7 +73,12 @@ fn step_into<'a, 'p>(elem: &'a Value, pos: usize, rest: &'p [Segment]) -> Cursor
     }
 }
 
-fn explore<'a, 'p>(cursors: Vec<Cursor<'a, 'p>>, dirs: &[Direction], best: &mut Option<Vec<KeyValue<'a>>>, budget: &mut usize) {
+fn explore<'a, 'p>(
+    cursors: Vec<Cursor<'a, 'p>>,
+    dirs: &[Direction],
+    best: &mut Option<Vec<KeyValue<'a>>>,
+    budget: &mut usize,
+) {
     if *budget == 0 {
         return;
     }
@@ -95,7 +106,11 @@ fn explore<'a, 'p>(cursors: Vec<Cursor<'a, 'p>>, dirs: &[Direction], best: &mut 
         let next = cursors
             .iter()
             .map(|c| match c {
-                Cursor::Arr(_, rest) if same(c) => Cursor::Done(if rest.is_empty() { KeyValue::EmptyArray } else { KeyValue::Null }),
+                Cursor::Arr(_, rest) if same(c) => Cursor::Done(if rest.is_empty() {
+                    KeyValue::EmptyArray
+                } else {
+                    KeyValue::Null
+                }),
                 other => *other,
             })
             .collect();
@@ -115,8 +130,12 @@ fn explore<'a, 'p>(cursors: Vec<Cursor<'a, 'p>>, dirs: &[Direction], best: &mut 
 
 fn better(a: &[KeyValue<'_>], b: &[KeyValue<'_>], dirs: &[Direction]) -> bool {
     for ((x, y), dir) in a.iter().zip(b).zip(dirs) {
-        let ord = x.cmp(y);
-        let ord = if *dir == Direction::Desc { ord.reverse() } else { ord };
+        let ord = x.order(y);
+        let ord = if *dir == Direction::Desc {
+            ord.reverse()
+        } else {
+            ord
+        };
         if ord != Ordering::Equal {
             return ord == Ordering::Less;
         }

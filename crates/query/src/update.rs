@@ -92,11 +92,15 @@ impl Update {
         let mut entries = Vec::new();
         for (op, arg) in m {
             let Value::Object(fields) = arg else {
-                return Err(bad(format!("the argument of {op} must be an object, got {arg}")));
+                return Err(bad(format!(
+                    "the argument of {op} must be an object, got {arg}"
+                )));
             };
             for (field, v) in fields {
                 if entries.len() >= UPDATE_PATHS_MAX {
-                    return Err(UpdateError::LimitExceeded(format!("update touches more than {UPDATE_PATHS_MAX} paths")));
+                    return Err(UpdateError::LimitExceeded(format!(
+                        "update touches more than {UPDATE_PATHS_MAX} paths"
+                    )));
                 }
                 let path = update_path(field)?;
                 let op = parse_op(op, &path, v)?;
@@ -104,7 +108,12 @@ impl Update {
             }
         }
         check_conflicts(&entries)?;
-        entries.sort_by(|a, b| path_order(&a.path, &b.path));
+        // MongoDB applies a $rename at its target, so it sorts by the target.
+        let order_path = |e: &Entry| match &e.op {
+            Op::Rename(to) => to.clone(),
+            _ => e.path.clone(),
+        };
+        entries.sort_by(|a, b| path_order(&order_path(a), &order_path(b)));
         Ok(Update {
             kind: Kind::Ops(entries),
         })
@@ -163,7 +172,10 @@ fn check_conflicts(entries: &[Entry]) -> Result<(), UpdateError> {
     });
     for w in paths.windows(2) {
         if w[0].is_prefix_of(w[1]) {
-            return Err(UpdateError::ConflictingPaths(w[1].to_string(), w[0].to_string()));
+            return Err(UpdateError::ConflictingPaths(
+                w[1].to_string(),
+                w[0].to_string(),
+            ));
         }
     }
     Ok(())
@@ -175,7 +187,9 @@ pub(crate) fn check_values(v: &Value) -> Result<(), UpdateError> {
         Value::Object(m) => {
             for (k, item) in m {
                 if k.is_empty() || k.starts_with('$') || k.contains('.') || k.contains('\0') {
-                    return Err(bad(format!("field name '{k}' is not allowed in a stored document")));
+                    return Err(bad(format!(
+                        "field name '{k}' is not allowed in a stored document"
+                    )));
                 }
                 check_values(item)?;
             }
@@ -229,7 +243,9 @@ fn parse_op(op: &str, path: &FieldPath, v: &Value) -> Result<Op, UpdateError> {
         }
         "$rename" => {
             let Value::String(to) = v else {
-                return Err(bad(format!("$rename target for '{path}' must be a string, got {v}")));
+                return Err(bad(format!(
+                    "$rename target for '{path}' must be a string, got {v}"
+                )));
             };
             let to = update_path(to)?;
             if path.is_prefix_of(&to) || to.is_prefix_of(path) {
@@ -244,21 +260,31 @@ fn parse_op(op: &str, path: &FieldPath, v: &Value) -> Result<Op, UpdateError> {
             Value::Object(m) if m.len() == 1 => match m.get("$type").and_then(Value::as_str) {
                 Some("date") => Op::CurrentDate { timestamp: false },
                 Some("timestamp") => Op::CurrentDate { timestamp: true },
-                _ => return Err(bad(format!("$currentDate for '{path}' needs true or {{\"$type\": \"date\"|\"timestamp\"}}"))),
+                _ => {
+                    return Err(bad(format!(
+                    "$currentDate for '{path}' needs true or {{\"$type\": \"date\"|\"timestamp\"}}"
+                )))
+                }
             },
-            _ => return Err(bad(format!("$currentDate for '{path}' needs true or {{\"$type\": \"date\"|\"timestamp\"}}"))),
+            _ => {
+                return Err(bad(format!(
+                    "$currentDate for '{path}' needs true or {{\"$type\": \"date\"|\"timestamp\"}}"
+                )))
+            }
         },
         "$push" => Op::Push(push(path, v)?),
         "$addToSet" => Op::AddToSet(add_to_set(path, v)?),
         "$pop" => match v.as_f64() {
-            Some(x) if x == 1.0 => Op::Pop { first: false },
-            Some(x) if x == -1.0 => Op::Pop { first: true },
+            Some(1.0) => Op::Pop { first: false },
+            Some(-1.0) => Op::Pop { first: true },
             _ => return Err(bad(format!("$pop for '{path}' needs 1 or -1, got {v}"))),
         },
         "$pull" => Op::Pull(pull(path, v)?),
         "$pullAll" => {
             let Value::Array(items) = v else {
-                return Err(bad(format!("$pullAll for '{path}' needs an array, got {v}")));
+                return Err(bad(format!(
+                    "$pullAll for '{path}' needs an array, got {v}"
+                )));
             };
             Op::PullAll(items.clone())
         }
@@ -268,10 +294,14 @@ fn parse_op(op: &str, path: &FieldPath, v: &Value) -> Result<Op, UpdateError> {
 
 fn each_list(path: &FieldPath, op: &str, each: &Value) -> Result<Vec<Value>, UpdateError> {
     let Value::Array(items) = each else {
-        return Err(bad(format!("$each in {op} for '{path}' needs an array, got {each}")));
+        return Err(bad(format!(
+            "$each in {op} for '{path}' needs an array, got {each}"
+        )));
     };
     if items.len() > EACH_VALUES_MAX {
-        return Err(UpdateError::LimitExceeded(format!("$each has more than {EACH_VALUES_MAX} values")));
+        return Err(UpdateError::LimitExceeded(format!(
+            "$each has more than {EACH_VALUES_MAX} values"
+        )));
     }
     items.iter().try_for_each(check_values)?;
     Ok(items.clone())
@@ -280,7 +310,12 @@ fn each_list(path: &FieldPath, op: &str, each: &Value) -> Result<Vec<Value>, Upd
 fn push(path: &FieldPath, v: &Value) -> Result<Push, UpdateError> {
     let Value::Object(m) = v else {
         check_values(v)?;
-        return Ok(Push { each: vec![v.clone()], position: None, slice: None, sort: None });
+        return Ok(Push {
+            each: vec![v.clone()],
+            position: None,
+            slice: None,
+            sort: None,
+        });
     };
     let Some(each) = m.get("$each") else {
         // A plain document to push; $-prefixed names here are modifiers without $each.
@@ -288,16 +323,30 @@ fn push(path: &FieldPath, v: &Value) -> Result<Push, UpdateError> {
             return Err(bad(format!("$push modifiers for '{path}' need $each")));
         }
         check_values(v)?;
-        return Ok(Push { each: vec![v.clone()], position: None, slice: None, sort: None });
+        return Ok(Push {
+            each: vec![v.clone()],
+            position: None,
+            slice: None,
+            sort: None,
+        });
     };
-    let mut push = Push { each: each_list(path, "$push", each)?, position: None, slice: None, sort: None };
+    let mut push = Push {
+        each: each_list(path, "$push", each)?,
+        position: None,
+        slice: None,
+        sort: None,
+    };
     for (k, arg) in m {
         match k.as_str() {
             "$each" => {}
             "$position" => push.position = Some(integer("$position", arg)?),
             "$slice" => push.slice = Some(integer("$slice", arg)?),
             "$sort" => push.sort = Some(push_sort(arg)?),
-            other => return Err(bad(format!("unknown $push modifier '{other}' for '{path}'"))),
+            other => {
+                return Err(bad(format!(
+                    "unknown $push modifier '{other}' for '{path}'"
+                )))
+            }
         }
     }
     Ok(push)
@@ -306,15 +355,20 @@ fn push(path: &FieldPath, v: &Value) -> Result<Push, UpdateError> {
 fn push_sort(arg: &Value) -> Result<PushSort, UpdateError> {
     match arg {
         Value::Number(_) => match arg.as_f64() {
-            Some(x) if x == 1.0 => Ok(PushSort::Values { desc: false }),
-            Some(x) if x == -1.0 => Ok(PushSort::Values { desc: true }),
-            _ => Err(bad(format!("$sort must be 1, -1 or a sort document, got {arg}"))),
+            Some(1.0) => Ok(PushSort::Values { desc: false }),
+            Some(-1.0) => Ok(PushSort::Values { desc: true }),
+            _ => Err(bad(format!(
+                "$sort must be 1, -1 or a sort document, got {arg}"
+            ))),
         },
         Value::Object(m) if !m.is_empty() => {
-            let sort = Sort::parse_without_id(arg).map_err(|e: QueryError| bad(format!("$sort: {e}")))?;
+            let sort =
+                Sort::parse_without_id(arg).map_err(|e: QueryError| bad(format!("$sort: {e}")))?;
             Ok(PushSort::Fields(sort))
         }
-        _ => Err(bad(format!("$sort must be 1, -1 or a sort document, got {arg}"))),
+        _ => Err(bad(format!(
+            "$sort must be 1, -1 or a sort document, got {arg}"
+        ))),
     }
 }
 
@@ -322,7 +376,9 @@ fn add_to_set(path: &FieldPath, v: &Value) -> Result<Vec<Value>, UpdateError> {
     match v {
         Value::Object(m) if m.contains_key("$each") => {
             if let Some(k) = m.keys().find(|k| *k != "$each") {
-                return Err(bad(format!("$addToSet for '{path}' allows only $each, got '{k}'")));
+                return Err(bad(format!(
+                    "$addToSet for '{path}' allows only $each, got '{k}'"
+                )));
             }
             each_list(path, "$addToSet", &m["$each"])
         }
@@ -341,7 +397,10 @@ fn pull(path: &FieldPath, v: &Value) -> Result<PullCond, UpdateError> {
             if matches!(first, Some("$and" | "$or" | "$nor")) {
                 return Ok(PullCond::Query(Filter::parse(v)?));
             }
-            let probe = Filter::parse(&Value::Object(Map::from_iter([(path.to_string(), v.clone())])))?;
+            let probe = Filter::parse(&Value::Object(Map::from_iter([(
+                path.to_string(),
+                v.clone(),
+            )])))?;
             match probe.root {
                 crate::filter::Expr::Field(f) => Ok(PullCond::Ops(f.ops)),
                 _ => Err(bad(format!("bad $pull condition for '{path}'"))),
@@ -366,13 +425,22 @@ mod tests {
         assert_eq!(code(json!({"$set": {"a": 1}, "b": 2})), "bad_update");
         assert_eq!(code(json!({"$set": 5})), "bad_update");
         assert_eq!(code(json!({"$foo": {"a": 1}})), "unknown_operator");
-        assert_eq!(code(json!({"$set": {"a": 1}, "$inc": {"a.b": 1}})), "conflicting_update_paths");
-        assert_eq!(code(json!({"$set": {"a.b": 1, "a.c": 1}, "$unset": {"a": 1}})), "conflicting_update_paths");
+        assert_eq!(
+            code(json!({"$set": {"a": 1}, "$inc": {"a.b": 1}})),
+            "conflicting_update_paths"
+        );
+        assert_eq!(
+            code(json!({"$set": {"a.b": 1, "a.c": 1}, "$unset": {"a": 1}})),
+            "conflicting_update_paths"
+        );
         assert_eq!(code(json!({"$inc": {"a": "x"}})), "type_mismatch");
         assert_eq!(code(json!({"$set": {"a": {"$x": 1}}})), "bad_update");
         assert_eq!(code(json!({"$push": {"a": {"$slice": 1}}})), "bad_update");
         assert_eq!(code(json!({"$rename": {"a": "a.b"}})), "bad_update");
-        assert_eq!(code(json!({"$rename": {"a": "b"}, "$set": {"b.c": 1}})), "conflicting_update_paths");
+        assert_eq!(
+            code(json!({"$rename": {"a": "b"}, "$set": {"b.c": 1}})),
+            "conflicting_update_paths"
+        );
         assert_eq!(code(json!({"$set": {"a..b": 1}})), "bad_update");
         assert_eq!(code(json!({"$set": {"a.$": 1}})), "bad_update");
     }

@@ -25,7 +25,12 @@ pub enum LeafArrays {
 /// Visits every candidate value for `path` in the document `doc`. Returns `true` when the visitor
 /// asked to stop.
 #[inline]
-pub fn walk<'a, F>(doc: &'a Map<String, Value>, path: &[Segment], leaf: LeafArrays, f: &mut F) -> bool
+pub fn walk<'a, F>(
+    doc: &'a Map<String, Value>,
+    path: &[Segment],
+    leaf: LeafArrays,
+    f: &mut F,
+) -> bool
 where
     F: FnMut(Option<&'a Value>) -> bool,
 {
@@ -101,7 +106,10 @@ where
 /// as soon as an array is met, so the caller can fall back to the full walk. This is the fast path
 /// for the common case of a scalar field.
 #[inline]
-pub fn resolve_plain<'a>(doc: &'a Map<String, Value>, path: &[Segment]) -> Result<Option<&'a Value>, ()> {
+pub fn resolve_plain<'a>(
+    doc: &'a Map<String, Value>,
+    path: &[Segment],
+) -> Result<Option<&'a Value>, ()> {
     let mut cur = doc;
     for (i, seg) in path.iter().enumerate() {
         match cur.get(&*seg.name) {
@@ -133,7 +141,10 @@ mod tests {
     #[test]
     fn arrays_of_documents() {
         let doc = json!({"a": [{"b": 1}, {"c": 2}, 7]});
-        assert_eq!(collect(doc, "a.b", LeafArrays::Traverse), vec![Some(json!(1)), None]);
+        assert_eq!(
+            collect(doc, "a.b", LeafArrays::Traverse),
+            vec![Some(json!(1)), None]
+        );
     }
 
     #[test]
@@ -143,7 +154,10 @@ mod tests {
             collect(doc.clone(), "a", LeafArrays::Traverse),
             vec![Some(json!(1)), Some(json!([2])), Some(json!([1, [2]]))]
         );
-        assert_eq!(collect(doc, "a", LeafArrays::Whole), vec![Some(json!([1, [2]]))]);
+        assert_eq!(
+            collect(doc, "a", LeafArrays::Whole),
+            vec![Some(json!([1, [2]]))]
+        );
     }
 
     #[test]
@@ -154,8 +168,14 @@ mod tests {
             collect(doc.clone(), "a.0", LeafArrays::Traverse),
             vec![Some(json!([1, 2])), Some(json!("x"))]
         );
-        assert_eq!(collect(doc.clone(), "a.1.0", LeafArrays::Traverse), vec![None, Some(json!("x"))]);
-        assert_eq!(collect(doc, "a.0.1", LeafArrays::Traverse), vec![Some(json!(2)), None]);
+        assert_eq!(
+            collect(doc.clone(), "a.1.0", LeafArrays::Traverse),
+            vec![None, Some(json!("x"))]
+        );
+        assert_eq!(
+            collect(doc, "a.0.1", LeafArrays::Traverse),
+            vec![Some(json!(2)), None]
+        );
         // Position and field name are both tried inside an array of documents.
         let doc = json!({"a": [{"0": "f"}, {"b": 1}]});
         assert_eq!(
@@ -172,7 +192,10 @@ mod tests {
 
     #[test]
     fn scalar_in_the_middle_is_missing() {
-        assert_eq!(collect(json!({"a": 5}), "a.b", LeafArrays::Traverse), vec![None]);
+        assert_eq!(
+            collect(json!({"a": 5}), "a.b", LeafArrays::Traverse),
+            vec![None]
+        );
         assert!(collect(json!({"a": [5]}), "a.b", LeafArrays::Traverse).is_empty());
     }
 }

@@ -145,7 +145,9 @@ mod tests {
             // Integers near 2^53 and 2^63, where doubles lose precision.
             (-4i64..4).prop_map(|d| Value::from(9_007_199_254_740_992i64 + d)),
             (0i64..8).prop_map(|d| Value::from(i64::MAX - d)),
-            (-2i64..2).prop_map(|d| Value::Number(Number::from_f64(9_007_199_254_740_992.0 + d as f64).unwrap())),
+            (-2i64..2).prop_map(|d| Value::Number(
+                Number::from_f64(9_007_199_254_740_992.0 + d as f64).unwrap()
+            )),
         ]
     }
 

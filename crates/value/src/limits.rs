@@ -104,7 +104,10 @@ mod tests {
 
     #[test]
     fn depth_limit() {
-        let limits = DocumentLimits { bytes_max: 1 << 20, depth_max: 3 };
+        let limits = DocumentLimits {
+            bytes_max: 1 << 20,
+            depth_max: 3,
+        };
         assert!(check_document(&json!({"a": {"b": [1]}}), &limits).is_ok());
         assert_eq!(
             check_document(&json!({"a": {"b": [[1]]}}), &limits),
@@ -114,12 +117,18 @@ mod tests {
 
     #[test]
     fn size_limit_and_names() {
-        let limits = DocumentLimits { bytes_max: 100, depth_max: 8 };
+        let limits = DocumentLimits {
+            bytes_max: 100,
+            depth_max: 8,
+        };
         assert!(matches!(
             check_document(&json!({"a": "x".repeat(200)}), &limits),
             Err(DocumentError::TooLarge { .. })
         ));
-        assert_eq!(check_document(&json!([1]), &limits), Err(DocumentError::NotAnObject));
+        assert_eq!(
+            check_document(&json!([1]), &limits),
+            Err(DocumentError::NotAnObject)
+        );
         assert!(matches!(
             check_document(&json!({"a": {"$set": 1}}), &limits),
             Err(DocumentError::BadFieldName(..))

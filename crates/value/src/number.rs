@@ -134,7 +134,13 @@ mod tests {
 
     #[test]
     fn nan_sorts_first() {
-        assert_eq!(compare_numbers(Num::F(f64::NAN), Num::I(i64::MIN)), Ordering::Less);
-        assert_eq!(compare_numbers(Num::F(f64::NAN), Num::F(f64::NAN)), Ordering::Equal);
+        assert_eq!(
+            compare_numbers(Num::F(f64::NAN), Num::I(i64::MIN)),
+            Ordering::Less
+        );
+        assert_eq!(
+            compare_numbers(Num::F(f64::NAN), Num::F(f64::NAN)),
+            Ordering::Equal
+        );
     }
 }

@@ -106,15 +106,27 @@ mod tests {
     #[test]
     fn objects_compare_type_then_name_then_value() {
         // Type bracket of the first value decides before the field name.
-        assert_eq!(compare(&json!({"b": 1}), &json!({"a": "x"})), Ordering::Less);
+        assert_eq!(
+            compare(&json!({"b": 1}), &json!({"a": "x"})),
+            Ordering::Less
+        );
         assert_eq!(compare(&json!({"a": 1}), &json!({"b": 1})), Ordering::Less);
-        assert_eq!(compare(&json!({"a": 1}), &json!({"a": 1, "b": 0})), Ordering::Less);
-        assert_ne!(compare(&json!({"a": 1, "b": 2}), &json!({"b": 2, "a": 1})), Ordering::Equal);
+        assert_eq!(
+            compare(&json!({"a": 1}), &json!({"a": 1, "b": 0})),
+            Ordering::Less
+        );
+        assert_ne!(
+            compare(&json!({"a": 1, "b": 2}), &json!({"b": 2, "a": 1})),
+            Ordering::Equal
+        );
     }
 
     #[test]
     fn int_equals_double() {
         assert!(values_equal(&json!(1), &json!(1.0)));
-        assert!(values_equal(&json!([1, {"a": 2}]), &json!([1.0, {"a": 2.0}])));
+        assert!(values_equal(
+            &json!([1, {"a": 2}]),
+            &json!([1.0, {"a": 2.0}])
+        ));
     }
 }

@@ -108,7 +108,8 @@ impl fmt::Display for FieldPath {
 }
 
 fn array_index(name: &str) -> Option<usize> {
-    let canonical = name.bytes().all(|b| b.is_ascii_digit()) && (name == "0" || !name.starts_with('0'));
+    let canonical =
+        name.bytes().all(|b| b.is_ascii_digit()) && (name == "0" || !name.starts_with('0'));
     if canonical && name.len() <= 9 {
         name.parse().ok()
     } else {
@@ -130,10 +131,22 @@ mod tests {
     #[test]
     fn rejects_bad_paths() {
         assert_eq!(FieldPath::parse(""), Err(PathError::Empty));
-        assert!(matches!(FieldPath::parse("a..b"), Err(PathError::EmptySegment(_))));
-        assert!(matches!(FieldPath::parse("a."), Err(PathError::EmptySegment(_))));
-        assert!(matches!(FieldPath::parse(".a"), Err(PathError::EmptySegment(_))));
-        assert_eq!(FieldPath::parse(&"a".repeat(PATH_BYTES_MAX + 1)), Err(PathError::TooLong));
+        assert!(matches!(
+            FieldPath::parse("a..b"),
+            Err(PathError::EmptySegment(_))
+        ));
+        assert!(matches!(
+            FieldPath::parse("a."),
+            Err(PathError::EmptySegment(_))
+        ));
+        assert!(matches!(
+            FieldPath::parse(".a"),
+            Err(PathError::EmptySegment(_))
+        ));
+        assert_eq!(
+            FieldPath::parse(&"a".repeat(PATH_BYTES_MAX + 1)),
+            Err(PathError::TooLong)
+        );
         assert_eq!(
             FieldPath::parse(&vec!["a"; PATH_SEGMENTS_MAX + 1].join(".")),
             Err(PathError::TooManySegments)

@@ -477,6 +477,7 @@ export function asMingoOperator(op, opts = {}) {
 
 export function validateQuery(query) {
   if (!isPlainObject(query)) fail("bad_query", "query must be an object");
+  compileFilter(query.filter ?? {}); // throws on an invalid filter
   if (query.sort !== undefined) {
     if (!isPlainObject(query.sort)) fail("bad_sort", "sort must be an object");
     for (const [k, v] of Object.entries(query.sort)) {
