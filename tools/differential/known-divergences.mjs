@@ -13,6 +13,7 @@
 // Versions: mingo 7.2.7 (see package.json); MongoDB semantics of 8.0.
 
 import { patchedQuery, patchedUpdate } from "./lib/mingo-runner.mjs";
+import { sortKey } from "./lib/mongo-ref.mjs";
 import { sameAnswer } from "./lib/values.mjs";
 
 const Q = (id, side, patches, relevant, reason) => ({
@@ -38,6 +39,26 @@ const U = (id, side, patches, relevant, reason) => ({
 const mentions = (...ops) => (c) => ops.some((op) => c.queryText.includes(JSON.stringify(op) + ":"));
 const updates = (op) => (c) => c.updateText.includes(JSON.stringify(op) + ":");
 const always = () => true;
+/** Does a document of the case hold parallel arrays for the case's sort pattern? */
+function hasParallelArrays(c) {
+  if (!c.queryText.includes('"sort":')) return false;
+  let q, docs;
+  try {
+    q = JSON.parse(c.queryText);
+    docs = JSON.parse(c.docsText);
+    if (!q.sort || typeof q.sort !== "object" || Object.keys(q.sort).length < 2) return false;
+  } catch {
+    return false;
+  }
+  return docs.some((d) => {
+    try {
+      sortKey(d, q.sort);
+      return false;
+    } catch (e) {
+      return /parallel/.test(e.message);
+    }
+  });
+}
 
 export const KNOWN_DIVERGENCES = [
   // ----------------------------------------------------------------- Herald's deliberate choices
@@ -46,6 +67,13 @@ export const KNOWN_DIVERGENCES = [
     "integral literal is \"long\", a literal with a fraction or exponent is \"double\". mingo calls every " +
     "integer both int and long and every number a double ({$type:\"double\"} matches 1; {$type:\"int\"} " +
     "matches 3000000000)."),
+
+  Q("herald-sort-parallel-arrays", "herald", ["q:sort", "q:sort-parallel"], hasParallelArrays,
+    "MongoDB fails a find whose compound sort meets two different arrays in one document (\"cannot sort with keys " +
+    "that are parallel arrays\", sort_dotted_paths_parallel_arrays.js, even for empty arrays). Herald sorts such " +
+    "documents instead, expanding the arrays independently (cartesian product of the key tuples), so the document " +
+    "sorts by each array's smallest (ascending) / largest (descending) key as with a single array. (Patch: MongoDB's " +
+    "sort with the parallel-array error replaced by that expansion.)"),
 
   // ------------------------------------------------------------------------- mingo query bugs
   Q("mingo-eq-path-semantics", "mingo", ["q:$eq"], always,

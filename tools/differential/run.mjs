@@ -142,15 +142,19 @@ function judge(c, m, h) {
   const entries = KNOWN_DIVERGENCES.filter((d) => d.kind === c.kind && (!d.relevant || d.relevant(c)));
   for (const d of entries) if (d.test(c, m, h)) return { explainedBy: [d.id] };
   // several mingo bugs at once: try the union of the relevant patches, then drop what is not needed
+  // (all relevant entries, or only the mingo-side ones: a Herald choice can undo a MongoDB rule)
   const patchEntries = entries.filter((d) => d.patches && d.patches.length);
   const setOf = (list) => new Set(list.flatMap((d) => d.patches));
-  if (!sameAnswer(c.kind, patched(c, setOf(patchEntries)), h)) return { explainedBy: null };
-  let needed = patchEntries.slice();
-  for (const d of patchEntries) {
-    const without = needed.filter((x) => x !== d);
-    if (sameAnswer(c.kind, patched(c, setOf(without)), h)) needed = without;
+  for (const pool of [patchEntries, patchEntries.filter((d) => d.side === "mingo")]) {
+    if (!sameAnswer(c.kind, patched(c, setOf(pool)), h)) continue;
+    let needed = pool.slice();
+    for (const d of pool) {
+      const without = needed.filter((x) => x !== d);
+      if (sameAnswer(c.kind, patched(c, setOf(without)), h)) needed = without;
+    }
+    return { explainedBy: needed.map((d) => d.id) };
   }
-  return { explainedBy: needed.map((d) => d.id) };
+  return { explainedBy: null };
 }
 
 // -------------------------------------------------------------------------------- shrinking
@@ -159,13 +163,25 @@ async function shrink(ev, c) {
   if (c.kind !== "query" || !SHRINK) return c;
   let docs = c.docs.slice();
   let best = c;
+  let query = c.query;
   let budget = 150;
-  const stillFails = async (cand) => {
-    const cc = buildQueryCase(c.name, cand, c.query);
+  const stillFails = async (cand, q = query) => {
+    const cc = buildQueryCase(c.name, cand, q);
     const h = await ev.ask(cc.line);
     const v = judge(cc, mingoAnswer(cc), h);
     return v && v.explainedBy === null ? cc : null;
   };
+  // first drop the parts of the query that are not needed (sort, skip, limit, projection)
+  for (const k of ["skip", "limit", "sort", "projection"]) {
+    if (query[k] === undefined) continue;
+    const q = { ...query };
+    delete q[k];
+    const ok = await stillFails(docs, q);
+    if (ok) {
+      query = q;
+      best = ok;
+    }
+  }
   for (let chunk = Math.ceil(docs.length / 2); chunk >= 1 && budget > 0; chunk = chunk === 1 ? 0 : Math.ceil(chunk / 2)) {
     for (let start = 0; start < docs.length && budget > 0; ) {
       const cand = docs.slice(0, start).concat(docs.slice(start + chunk));

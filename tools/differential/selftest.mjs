@@ -95,6 +95,93 @@ const QUERY_CASES = [
   },
 ];
 
+// jstests/core/query/sort/sort_dotted_paths.js (ids are "1".."9"; documents with undefined dropped)
+const S = (docs) => docs.map((d) => ({ ...d, _id: String(d._id) }));
+const SORT_SETS = [
+  {
+    docs: S([{ _id: 1, a: 1 }, { _id: 3, a: null }, { _id: 4, a: {} }, { _id: 5, a: [] }, { _id: 6, a: [1] }, { _id: 7, a: [[1]] }, { _id: 8 }]),
+    tests: [[{ a: 1, _id: 1 }, [5, 3, 8, 1, 6, 4, 7]], [{ a: -1, _id: 1 }, [7, 4, 1, 6, 3, 8, 5]]],
+  },
+  {
+    docs: S([{ _id: 1, a: 1, b: [2] }, { _id: 2, a: 2, b: [] }, { _id: 3, a: [], b: 4 }, { _id: 4, a: [1], b: 4 }, { _id: 5, a: [2, 3], b: 2 },
+      { _id: 6, a: 2, b: [3, 5] }, { _id: 7, a: 1, b: [1, 3] }, { _id: 8, a: [1, 2], b: 3 }, { _id: 9, a: 2, b: 3 }]),
+    tests: [
+      [{ a: 1, b: 1, _id: 1 }, [3, 7, 1, 8, 4, 2, 5, 6, 9]],
+      [{ a: 1, b: -1, _id: 1 }, [3, 4, 7, 8, 1, 6, 9, 5, 2]],
+      [{ a: -1, b: 1, _id: 1 }, [5, 2, 6, 8, 9, 7, 1, 4, 3]],
+      [{ a: -1, b: -1, _id: 1 }, [5, 6, 8, 9, 2, 4, 7, 1, 3]],
+    ],
+  },
+  {
+    docs: S([{ _id: 1, a: { b: 2 } }, { _id: 2, a: { b: [] } }, { _id: 3, a: { b: [2, 3] } }, { _id: 4, a: { c: 1 } }, { _id: 5, a: [] },
+      { _id: 6, a: [{ b: [5] }] }, { _id: 7, a: [{ b: [4, 5] }, { b: 7 }] }, { _id: 8, a: [{ b: [1, 3] }, { b: [2, 5] }] }, { _id: 9, a: [{ b: [] }, { b: [1, 3] }] }]),
+    tests: [
+      [{ "a.b": 1, _id: 1 }, [2, 9, 4, 5, 8, 1, 3, 7, 6]],
+      [{ "a.b": 1, _id: -1 }, [9, 2, 5, 4, 8, 3, 1, 7, 6]],
+      [{ "a.b": -1, _id: 1 }, [7, 6, 8, 3, 9, 1, 4, 5, 2]],
+      [{ "a.b": -1, _id: -1 }, [7, 8, 6, 9, 3, 1, 5, 4, 2]],
+    ],
+  },
+  {
+    docs: S([{ _id: 1, a: [{ b: 4, c: 1 }, { b: 1, c: 2 }] }, { _id: 2, a: [{ b: 2, c: 1 }, { b: 4, c: 2 }] }, { _id: 3, a: [{ b: 6, c: 1 }, { b: 9, c: 2 }] },
+      { _id: 4, a: [{ b: 4, c: 1 }, { b: 5, c: 3 }] }, { _id: 5, a: [{ b: 2, c: 1 }, { b: 7, c: 3 }] }, { _id: 6, a: [{ b: 5, c: 1 }, { b: 3, c: 3 }] },
+      { _id: 7, a: [{ b: 7, c: 2 }, { b: 2, c: 3 }] }, { _id: 8, a: [{ b: 3, c: 2 }, { b: 8, c: 3 }] }, { _id: 9, a: [{ b: 8, c: 2 }, { b: 6, c: 3 }] }]),
+    tests: [
+      [{ "a.c": 1, "a.b": 1, _id: 1 }, [2, 5, 1, 4, 6, 3, 8, 7, 9]],
+      [{ "a.c": 1, "a.b": -1, _id: 1 }, [3, 6, 1, 4, 2, 5, 9, 7, 8]],
+      [{ "a.c": -1, "a.b": 1, _id: 1 }, [7, 6, 4, 9, 5, 8, 1, 2, 3]],
+      [{ "a.c": -1, "a.b": -1, _id: 1 }, [8, 5, 9, 4, 6, 7, 3, 2, 1]],
+      [{ "a.c": 1, a: 1, _id: 1 }, [2, 5, 1, 4, 6, 3, 8, 7, 9]],
+      [{ "a.c": 1, a: -1, _id: 1 }, [3, 6, 1, 4, 2, 5, 9, 7, 8]],
+      [{ "a.c": -1, a: 1, _id: 1 }, [7, 6, 4, 9, 5, 8, 1, 2, 3]],
+      [{ "a.c": -1, a: -1, _id: 1 }, [8, 5, 9, 4, 6, 7, 3, 2, 1]],
+    ],
+  },
+  {
+    docs: S([{ _id: 1, a: [{ b: [4, 1], c: 1 }, { b: [1, 5], c: 2 }] }, { _id: 2, a: [{ b: 2, c: [1, 3] }, { b: 4, c: [2, 4] }] },
+      { _id: 3, a: [{ b: [6, 4], c: 1 }, { b: [9, 7], c: 2 }] }, { _id: 4, a: [{ b: 4, c: [1, 2] }, { b: 5, c: [3, 2] }] },
+      { _id: 5, a: [{ b: [2, 3], c: 1 }, { b: [7, 6], c: 3 }] }, { _id: 6, a: [{ b: 5, c: [] }, { b: 3, c: 3 }] },
+      { _id: 7, a: [{ b: [], c: 2 }, { b: 2, c: 3 }] }, { _id: 8, a: [{ b: 3, c: [2] }, { b: 8, c: [3] }] }, { _id: 9, a: [{ b: [8], c: 2 }, { b: [6], c: 3 }] }]),
+    tests: [
+      [{ "a.c": 1, "a.b": 1, _id: 1 }, [6, 1, 2, 5, 3, 4, 7, 8, 9]],
+      [{ "a.c": 1, "a.b": -1, _id: 1 }, [6, 3, 1, 4, 5, 2, 9, 8, 7]],
+      [{ "a.c": -1, "a.b": 1, _id: 1 }, [2, 7, 6, 4, 5, 9, 8, 1, 3]],
+      [{ "a.c": -1, "a.b": -1, _id: 1 }, [2, 8, 5, 9, 4, 6, 7, 3, 1]],
+      [{ "a.b": 1, a: 1, _id: 1 }, [7, 1, 2, 5, 6, 8, 4, 3, 9]],
+      [{ "a.b": 1, a: -1, _id: 1 }, [7, 1, 5, 2, 8, 6, 3, 4, 9]],
+      [{ "a.b": -1, a: 1, _id: 1 }, [3, 8, 9, 5, 6, 4, 1, 2, 7]],
+      [{ "a.b": -1, a: -1, _id: 1 }, [3, 9, 8, 5, 1, 4, 6, 2, 7]],
+    ],
+  },
+  {
+    docs: S([{ _id: 1, a: { b: 1 }, c: [{ d: [4, 1] }, { d: [1, 5] }] }, { _id: 2, a: [{ b: [1, 3] }, { b: [2, 4] }], c: { d: 2 } },
+      { _id: 3, a: { b: 1 }, c: [{ d: [6, 4] }, { d: [9, 7] }] }, { _id: 4, a: [{ b: [2] }, { b: [3, 2] }], c: { d: 4 } },
+      { _id: 5, a: { b: 1 }, c: [{ d: [2, 3] }, { d: [7, 6] }] }, { _id: 6, a: [{ b: [] }, { b: 3 }], c: { d: 4 } },
+      { _id: 7, a: { b: 2 }, c: [{ d: [] }, { d: 2 }] }, { _id: 8, a: [{ b: [2] }, { b: [3] }], c: { d: 3 } }, { _id: 9, a: { b: 3 }, c: [{ d: [8] }, { d: [6] }] }]),
+    tests: [
+      [{ "a.b": 1, "c.d": 1, _id: 1 }, [6, 1, 2, 5, 3, 7, 8, 4, 9]],
+      [{ "a.b": 1, "c.d": -1, _id: 1 }, [6, 3, 5, 1, 2, 4, 8, 7, 9]],
+      [{ "a.b": -1, "c.d": 1, _id: 1 }, [2, 8, 4, 6, 9, 7, 1, 5, 3]],
+      [{ "a.b": -1, "c.d": -1, _id: 1 }, [2, 9, 4, 6, 8, 7, 3, 5, 1]],
+    ],
+  },
+  {
+    docs: S([{ _id: 1, a: { b: { c: 2 } } }, { _id: 2, a: { b: { c: [] } } }, { _id: 3, a: [{ b: [] }, { b: { c: [] } }] }, { _id: 4, a: [{ b: { c: 1 } }] },
+      { _id: 5, a: { b: [{ c: 3 }, { d: 1 }] } }, { _id: 6, a: { b: [{ c: [5] }] } }, { _id: 7, a: [] }, { _id: 8, a: { b: [{ c: [1, 3] }, { c: [2, 5] }] } },
+      { _id: 9, a: [{ b: [{ c: [] }, { c: [1, 3] }] }] }]),
+    tests: [
+      [{ "a.b.c": 1, _id: 1 }, [2, 3, 9, 5, 7, 4, 8, 1, 6]],
+      [{ "a.b.c": 1, _id: -1 }, [9, 3, 2, 7, 5, 8, 4, 1, 6]],
+      [{ "a.b.c": -1, _id: 1 }, [6, 8, 5, 9, 1, 4, 3, 7, 2]],
+      [{ "a.b.c": -1, _id: -1 }, [8, 6, 9, 5, 1, 4, 7, 3, 2]],
+    ],
+  },
+];
+for (const set of SORT_SETS)
+  for (const [sort, ids] of set.tests) QUERY_CASES.push({ docs: set.docs, query: { filter: {}, sort }, expect: ids.map(String) });
+// sort_dotted_paths_parallel_arrays.js
+QUERY_CASES.push({ docs: [{ _id: "p", a: [1], b: [2] }], query: { filter: {}, sort: { a: 1, b: 1 } }, error: true });
+
 const UPDATE_CASES = [
   { doc: { _id: "x", a: [1, 2, 1] }, update: { $addToSet: { a: 3 } }, expect: { _id: "x", a: [1, 2, 1, 3] } },
   { doc: { _id: "x", a: "s" }, update: { $inc: { a: 1 } }, error: true },
@@ -113,14 +200,16 @@ for (const c of QUERY_CASES) {
   const want = c.expect ?? null;
   let ok;
   const bag = (docs) => (docs ?? []).map((d) => JSON.stringify(d)).sort(); // resultsEq is unordered
-  if (c.expectDocs) {
+  if (c.error) {
+    ok = ref.error !== undefined;
+  } else if (c.expectDocs) {
     ok = deepEqual(bag(ref.docs), bag(c.expectDocs), true);
   } else {
     const got = c.query.sort ? ref.ids : [...ref.ids].sort();
     ok = deepEqual(got, c.query.sort ? want : [...want].sort(), true);
   }
   const m = mingoQuery({ docsText: JSON.stringify(c.docs), queryText: JSON.stringify(c.query) });
-  const mingoSame = c.expectDocs ? deepEqual(bag(m.docs), bag(c.expectDocs), true) : deepEqual(c.query.sort ? m.ids : [...(m.ids ?? [])].sort(), c.query.sort ? want : [...want].sort(), true);
+  const mingoSame = c.error ? m.error !== undefined : c.expectDocs ? deepEqual(bag(m.docs), bag(c.expectDocs), true) : deepEqual(c.query.sort ? m.ids : [...(m.ids ?? [])].sort(), c.query.sort ? want : [...want].sort(), true);
   if (!mingoSame) mingoDiffers++;
   if (!ok) {
     failures++;

@@ -271,15 +271,8 @@ fn apply_entry(doc: &mut Value, e: &Entry, now_ms: i64, insert: bool) -> Result<
 fn pull_matches(cond: &PullCond, x: &Value) -> bool {
     match cond {
         PullCond::Equal(v) => values_equal(x, v),
-        PullCond::Ops(ops) => ops.iter().all(|op| op_single(op, x)),
+        PullCond::Ops(ops) => ops.iter().all(|op| op.matches_value(x)),
         PullCond::Query(f) => matches!(x, Value::Object(m) if f.matches_map(m)),
-    }
-}
-
-fn op_single(op: &FieldOp, x: &Value) -> bool {
-    match op {
-        FieldOp::Test(t) => t.single(Some(x)),
-        FieldOp::Not(ops) => !ops.iter().all(|o| op_single(o, x)),
     }
 }
 

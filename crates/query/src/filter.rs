@@ -199,7 +199,26 @@ impl FieldExpr {
     }
 }
 
+/// The document MongoDB sees when it treats an array as one: positions become field names.
+fn array_as_document(items: &[Value]) -> Map<String, Value> {
+    items.iter().enumerate().map(|(i, v)| (i.to_string(), v.clone())).collect()
+}
+
 impl FieldOp {
+    /// Evaluates as if `v` were the value at the end of a path: an array is tried element by
+    /// element and as a whole, as `$pull` conditions are (MongoDB matches them as `{"": v}`).
+    pub fn matches_value(&self, v: &Value) -> bool {
+        match self {
+            FieldOp::Test(t) => match v {
+                Value::Array(items) if t.leaf_arrays() == LeafArrays::Traverse => {
+                    items.iter().any(|e| t.single(Some(e))) || t.single(Some(v))
+                }
+                _ => t.single(Some(v)),
+            },
+            FieldOp::Not(ops) => !ops.iter().all(|op| op.matches_value(v)),
+        }
+    }
+
     /// Evaluates against the one value (or missing) that a path without arrays reaches.
     #[inline]
     fn single(&self, v: Option<&Value>) -> bool {
@@ -261,9 +280,12 @@ impl Test {
             },
             Test::Size(n) => matches!(v, Some(Value::Array(a)) if a.len() == *n),
             Test::ElemMatchDoc(expr) => match v {
-                Some(Value::Array(items)) => items
-                    .iter()
-                    .any(|e| matches!(e, Value::Object(m) if expr.matches(m))),
+                Some(Value::Array(items)) => items.iter().any(|e| match e {
+                    Value::Object(m) => expr.matches(m),
+                    // MongoDB reads a nested array as a document with fields "0", "1", ...
+                    Value::Array(inner) => expr.matches(&array_as_document(inner)),
+                    _ => false,
+                }),
                 _ => false,
             },
             Test::ElemMatchValue(ops) => match v {

@@ -80,7 +80,7 @@ export const QUERY_OPERATOR_PATCHES = {
   "q:$elemMatch": ["$elemMatch"],
   "q:$size": ["$size"],
 };
-export const QUERY_STAGE_PATCHES = ["q:type-json", "q:regex-x", "q:sort", "q:projection", "q:limit0", "q:validate"];
+export const QUERY_STAGE_PATCHES = ["q:type-json", "q:regex-x", "q:sort", "q:sort-parallel", "q:projection", "q:limit0", "q:validate"];
 export const UPDATE_PATCHES = [
   "u:$set", "u:$unset", "u:$inc", "u:$mul", "u:$min", "u:$max", "u:$rename",
   "u:$push", "u:$pull", "u:$pullAll", "u:$addToSet", "u:$pop", "u:validate",
@@ -165,7 +165,7 @@ export function patchedQuery(c, patches) {
     const query = new BaseQuery(filter, { context: contextFor(patches) });
     let res = docs.filter((d) => query.test(d));
     const all = new MingoQuery({});
-    if (q.sort !== undefined) res = patches.has("q:sort") ? refSort(res, q.sort) : all.find(res).sort(q.sort).all();
+    if (q.sort !== undefined) res = patches.has("q:sort") ? refSort(res, q.sort, patches.has("q:sort-parallel") ? "cartesian" : "error") : all.find(res).sort(q.sort).all();
     const page = { skip: q.skip, limit: patches.has("q:limit0") && q.limit === 0 ? undefined : q.limit };
     res = runCursor(all, res, page);
     const ids = res.map((d) => d._id);

@@ -497,58 +497,89 @@ function checkSortPath(k) {
 }
 
 // ---------------------------------------------------------------------------
-// Sort: MongoDB sorts by the smallest (ascending) or largest (descending) of the values an
-// index would hold for the path; missing -> null; an empty array at the end of the path sorts
-// below null. Ties are broken by _id (Herald's rule).
+// Sort: MongoDB builds the keys an index on the sort pattern would hold (BtreeKeyGenerator): the
+// paths are followed together, so paths through the same array give one key tuple per element
+// ("a.b" and "a.c" come from the same element of a), two different arrays give "parallel arrays"
+// (an error), missing or a scalar on the way gives null, an empty array gives undefined at the end
+// of a path (sorts below null) and null in the middle. The document sorts by its best tuple under
+// the pattern's directions (jstests/core/query/sort/sort_dotted_paths.js). Ties: _id (Herald).
+// Parallel arrays: MongoDB fails the query (sort_dotted_paths_parallel_arrays.js); with
+// parallel = "cartesian" the arrays are expanded one after the other instead (Herald's behaviour).
 
-function sortKeysAt(v, parts, i, out) {
-  if (i === parts.length) {
-    if (v === MISSING) out.push(null);
-    else if (Array.isArray(v)) {
-      if (v.length === 0) out.push(EMPTY_ARRAY_KEY);
-      else for (const e of v) out.push(e);
-    } else out.push(v);
-    return;
+function walkSortField(obj, parts) {
+  let cur = obj;
+  for (let i = 0; i < parts.length; i++) {
+    if (!isPlainObject(cur) || !has(cur, parts[i])) return { value: null };
+    cur = cur[parts[i]];
+    if (Array.isArray(cur)) return { array: cur, rest: parts.slice(i + 1) };
   }
-  if (isPlainObject(v)) {
-    sortKeysAt(has(v, parts[i]) ? v[parts[i]] : MISSING, parts, i + 1, out);
-    return;
-  }
-  if (Array.isArray(v)) {
-    if (v.length === 0) {
-      out.push(null);
-      return;
-    }
-    for (const e of v) {
-      if (isPlainObject(e)) sortKeysAt(e, parts, i, out);
-      else out.push(null);
-    }
-    return;
-  }
-  out.push(null); // missing or a scalar in the middle of the path
+  return { value: cur };
 }
 
-export function sortKey(doc, path, dir) {
-  const keys = [];
-  sortKeysAt(doc, path.split("."), 0, keys);
-  let best = keys[0];
-  for (const k of keys) {
-    const c = bsonCmp(k, best);
-    if ((dir === 1 && c < 0) || (dir === -1 && c > 0)) best = k;
+// items: {i, node, parts} (walk from node) or {i, array, rest} (already at an array).
+// parallel: "error" (MongoDB) or "cartesian" (expand one array after the other).
+function genSortKeys(items, base, out, parallel) {
+  const tuple = base.slice();
+  const groups = new Map();
+  for (const it of items) {
+    const r = it.array ? it : walkSortField(it.node, it.parts);
+    if (!r.array) {
+      tuple[it.i] = r.value;
+      continue;
+    }
+    if (!groups.has(r.array)) groups.set(r.array, []);
+    groups.get(r.array).push({ i: it.i, rest: r.rest });
   }
+  if (groups.size === 0) {
+    out.push(tuple);
+    return;
+  }
+  if (groups.size > 1 && parallel !== "cartesian") fail("bad_sort", "cannot sort with keys that are parallel arrays");
+  const [[arr, fields], ...others] = [...groups];
+  const pending = others.flatMap(([array, fs]) => fs.map((f) => ({ i: f.i, array, rest: f.rest })));
+  if (arr.length === 0) {
+    for (const f of fields) tuple[f.i] = f.rest.length ? null : EMPTY_ARRAY_KEY;
+    if (pending.length) genSortKeys(pending, tuple, out, parallel);
+    else out.push(tuple);
+    return;
+  }
+  for (const e of arr) {
+    const t = tuple.slice();
+    const deeper = [];
+    for (const f of fields) {
+      if (f.rest.length === 0) t[f.i] = e; // a nested array stays an array value
+      else if (isPlainObject(e)) deeper.push({ i: f.i, node: e, parts: f.rest });
+      else t[f.i] = null;
+    }
+    const next = deeper.concat(pending);
+    if (next.length) genSortKeys(next, t, out, parallel);
+    else out.push(t);
+  }
+}
+
+function cmpTuple(x, y, dirs) {
+  for (let i = 0; i < dirs.length; i++) {
+    const c = bsonCmp(x[i], y[i]);
+    if (c) return c * dirs[i];
+  }
+  return 0;
+}
+
+/** The tuple a document sorts by (throws RefError for parallel arrays). */
+export function sortKey(doc, sort, parallel = "error") {
+  const fields = Object.keys(sort).map((p, i) => ({ i, node: doc, parts: p.split(".") }));
+  const dirs = Object.values(sort);
+  const keys = [];
+  genSortKeys(fields, [], keys, parallel);
+  let best = keys[0];
+  for (const k of keys) if (cmpTuple(k, best, dirs) < 0) best = k;
   return best;
 }
 
-export function refSort(docs, sort) {
-  const fields = Object.entries(sort ?? {});
-  const keyed = docs.map((d) => ({ d, k: fields.map(([p, dir]) => sortKey(d, p, dir)) }));
-  keyed.sort((x, y) => {
-    for (let i = 0; i < fields.length; i++) {
-      const c = bsonCmp(x.k[i], y.k[i]);
-      if (c) return c * fields[i][1];
-    }
-    return cmpStr(x.d._id, y.d._id);
-  });
+export function refSort(docs, sort, parallel = "error") {
+  const dirs = Object.values(sort ?? {});
+  const keyed = docs.map((d) => ({ d, k: dirs.length ? sortKey(d, sort, parallel) : [] }));
+  keyed.sort((x, y) => cmpTuple(x.k, y.k, dirs) || cmpStr(x.d._id, y.d._id));
   return keyed.map((x) => x.d);
 }
 

@@ -175,7 +175,7 @@ export function sameAnswer(kind, x, y) {
   if (kind === "query") {
     if (!Array.isArray(x.ids) || !Array.isArray(y.ids)) return false;
     if (!deepEqual(x.ids, y.ids, true)) return false;
-    if (x.docs !== undefined && y.docs !== undefined && !deepEqual(x.docs, y.docs)) return false;
+    if (!deepEqual(x.docs, y.docs)) return false; // key order of documents is not compared
     return true;
   }
   return deepEqual(x.doc, y.doc);
