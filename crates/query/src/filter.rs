@@ -201,7 +201,11 @@ impl FieldExpr {
 
 /// The document MongoDB sees when it treats an array as one: positions become field names.
 fn array_as_document(items: &[Value]) -> Map<String, Value> {
-    items.iter().enumerate().map(|(i, v)| (i.to_string(), v.clone())).collect()
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i.to_string(), v.clone()))
+        .collect()
 }
 
 impl FieldOp {

@@ -9,7 +9,10 @@ use serde_json::json;
 use std::cmp::Ordering;
 
 fn cases() -> u32 {
-    std::env::var("HERALD_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+    std::env::var("HERALD_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
 }
 
 const FIELDS: &[&str] = &["a", "b", "c"];
@@ -28,8 +31,9 @@ fn value() -> impl Strategy<Value = Value> {
     scalar().prop_recursive(2, 12, 3, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::vec((prop::sample::select(FIELDS), inner), 0..3)
-                .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+            prop::collection::vec((prop::sample::select(FIELDS), inner), 0..3).prop_map(|kv| {
+                Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+            }),
         ]
     })
 }
@@ -61,7 +65,10 @@ fn leaf_filter() -> impl Strategy<Value = Value> {
         (path(), prop::collection::vec(scalar(), 0..3), any::<bool>())
             .prop_map(|(p, vs, neg)| json!({ p: { if neg { "$nin" } else { "$in" }: vs } })),
         (path(), any::<bool>()).prop_map(|(p, b)| json!({ p: { "$exists": b } })),
-        (path(), prop::sample::select(vec!["number", "string", "array", "object", "null", "bool"]))
+        (
+            path(),
+            prop::sample::select(vec!["number", "string", "array", "object", "null", "bool"])
+        )
             .prop_map(|(p, t)| json!({ p: { "$type": t } })),
         (path(), 0usize..3).prop_map(|(p, n)| json!({ p: { "$size": n } })),
         (path(), scalar()).prop_map(|(p, v)| json!({ p: { "$elemMatch": { "$eq": v } } })),
