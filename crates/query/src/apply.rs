@@ -304,7 +304,7 @@ fn apply_push(items: &mut Vec<Value>, push: &Push) {
                 o
             }
         }),
-        Some(PushSort::Fields(sort)) => items.sort_by(|a, b| sort.compare(a, b)),
+        Some(PushSort::Fields(sort)) => items.sort_by(|a, b| push_sort_order(sort, a, b)),
         None => {}
     }
     if let Some(n) = push.slice {
@@ -317,6 +317,26 @@ fn apply_push(items: &mut Vec<Value>, push: &Push) {
             }
         }
     }
+}
+
+/// `$push` with `$sort: {field: dir}` compares the value at each path as a whole (an array is
+/// one value here, not its smallest element), missing and non-documents as null, and is stable.
+fn push_sort_order(sort: &crate::Sort, a: &Value, b: &Value) -> Ordering {
+    let null = Value::Null;
+    for key in sort.keys() {
+        let va = get_path(a, key.path.segments()).unwrap_or(&null);
+        let vb = get_path(b, key.path.segments()).unwrap_or(&null);
+        let ord = compare(va, vb);
+        let ord = if key.dir == crate::Direction::Desc {
+            ord.reverse()
+        } else {
+            ord
+        };
+        if ord != Ordering::Equal {
+            return ord;
+        }
+    }
+    Ordering::Equal
 }
 
 fn arith(
