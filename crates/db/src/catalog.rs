@@ -1,0 +1,83 @@
+//! The index catalog: per collection, the single-field exemptions, the composite indexes and the
+//! paths known to hold arrays ("multikey"). Persisted as JSON in the `meta` table and changed
+//! only by write jobs, so every change commits atomically with the writes it affects.
+
+use herald_query::Direction;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Catalog {
+    pub collections: BTreeMap<String, CollectionCatalog>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CollectionCatalog {
+    /// Field paths (and everything below them) without automatic single-field indexes.
+    #[serde(default)]
+    pub exemptions: BTreeSet<String>,
+    #[serde(default)]
+    pub composites: Vec<CompositeIndex>,
+    /// Paths along which some document ever had an array. Sticky: never cleared, so an index
+    /// on such a path is never used to produce sort order (arrays sort by min/max element).
+    #[serde(default)]
+    pub multikey: BTreeSet<String>,
+    /// Field paths whose automatic index is being (re)built after an exemption was lifted; the
+    /// planner does not use them until the build finishes.
+    #[serde(default)]
+    pub building_fields: BTreeSet<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompositeIndex {
+    pub name: String,
+    pub fields: Vec<IndexField>,
+    pub state: IndexState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexField {
+    pub path: String,
+    #[serde(with = "direction")]
+    pub direction: Direction,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexState {
+    /// Maintained by every write, being filled for existing documents; not used by queries.
+    Building,
+    Ready,
+}
+
+mod direction {
+    use herald_query::Direction;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Direction, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i8(if *d == Direction::Asc { 1 } else { -1 })
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Direction, D::Error> {
+        Ok(if i8::deserialize(d)? >= 0 {
+            Direction::Asc
+        } else {
+            Direction::Desc
+        })
+    }
+}
+
+impl CollectionCatalog {
+    pub fn is_exempt(&self, path: &str) -> bool {
+        self.exemptions.iter().any(|e| {
+            path == e
+                || (path.starts_with(e.as_str()) && path.as_bytes().get(e.len()) == Some(&b'.'))
+        })
+    }
+}
+
+impl Catalog {
+    pub fn collection(&self, name: &str) -> Option<&CollectionCatalog> {
+        self.collections.get(name)
+    }
+}

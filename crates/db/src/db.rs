@@ -1,0 +1,477 @@
+//! [`Db`]: one database in one directory. Opens the store, loads the index catalog, and offers
+//! commits (group-committed through the storage writer), point reads, queries with plans and
+//! explain, index management with background builds, and the commit log.
+
+use crate::catalog::{Catalog, CompositeIndex, IndexField, IndexState};
+use crate::error::DbError;
+use crate::exec::{execute, Examined};
+use crate::indexer::{composite_index_name, entries, field_index_name};
+use crate::layout::{
+    collection_prefix, decode_doc, doc_key, index_prefix, log_key, META_CATALOG, META_SEQ,
+};
+use crate::names::{check_collection, check_segment};
+use crate::planner::plan;
+use crate::write::{apply, prepare, CommitOutcome, Write, WriteSettings};
+use herald_query::{Direction, Query};
+use herald_storage::{Durability, Store, StoreOptions, Table, Ticket, WriteTxn};
+use herald_value::{DocumentLimits, FieldPath, Value};
+use serde_json::json;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Most composite indexes per collection.
+pub const COMPOSITE_INDEXES_MAX: usize = 64;
+/// Documents indexed per background build step (one storage job each).
+pub const BUILD_CHUNK_DOCS: usize = 500;
+
+#[derive(Debug, Clone)]
+pub struct DbOptions {
+    pub durability: Durability,
+    pub limits: DocumentLimits,
+    /// Commit-log records kept, at most (older ones are pruned).
+    pub log_retention_count: u64,
+    /// Commit-log records older than this are pruned.
+    pub log_retention_age: Duration,
+    pub store: StoreOptions,
+}
+
+impl Default for DbOptions {
+    fn default() -> Self {
+        DbOptions {
+            durability: Durability::Fsync,
+            limits: DocumentLimits::default(),
+            log_retention_count: 1_000_000,
+            log_retention_age: Duration::from_secs(24 * 3600),
+            store: StoreOptions::default(),
+        }
+    }
+}
+
+/// A document as stored: the JSON and its version.
+#[derive(Debug, Clone)]
+pub struct StoredDoc {
+    pub doc: Value,
+    pub version: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct QueryOutcome {
+    pub docs: Vec<Value>,
+    /// The commit the result reflects.
+    pub seq: u64,
+    pub explain: Value,
+}
+
+#[derive(Clone)]
+pub struct Db {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    catalog: RwLock<Catalog>,
+    /// The last committed seq, advanced by the writer after each commit.
+    seq: AtomicU64,
+    settings: WriteSettings,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Db {
+    pub fn open(dir: &Path, options: DbOptions) -> Result<Db, DbError> {
+        let mut store_opts = options.store.clone();
+        store_opts.durability = options.durability;
+        let store = Store::open(dir, store_opts)?;
+        let read = store.read()?;
+        let seq = read.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0);
+        let catalog: Catalog = match read.get(Table::Meta, META_CATALOG)? {
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| DbError::Corrupt(format!("catalog: {e}")))?,
+            None => Catalog::default(),
+        };
+        drop(read);
+        let pending: Vec<(String, String)> = catalog
+            .collections
+            .iter()
+            .flat_map(|(c, cc)| {
+                let composites = cc
+                    .composites
+                    .iter()
+                    .filter(|ci| ci.state == IndexState::Building)
+                    .map(move |ci| (c.clone(), composite_index_name(&ci.name)));
+                let fields = cc
+                    .building_fields
+                    .iter()
+                    .map(move |p| (c.clone(), field_index_name(p)));
+                composites.chain(fields).collect::<Vec<_>>()
+            })
+            .collect();
+        let db = Db {
+            inner: Arc::new(Inner {
+                store,
+                catalog: RwLock::new(catalog),
+                seq: AtomicU64::new(seq),
+                settings: WriteSettings {
+                    limits: options.limits,
+                    log_retention_count: options.log_retention_count.max(1),
+                    log_retention_age_ms: options.log_retention_age.as_millis() as u64,
+                },
+            }),
+        };
+        // Builds interrupted by a shutdown or crash resume where the catalog says.
+        for (collection, index) in pending {
+            db.spawn_build(collection, index);
+        }
+        Ok(db)
+    }
+
+    /// The last committed seq.
+    pub fn seq(&self) -> u64 {
+        self.inner.seq.load(Ordering::Acquire)
+    }
+
+    pub fn limits(&self) -> &DocumentLimits {
+        &self.inner.settings.limits
+    }
+
+    /// Queues an atomic transaction; the ticket resolves once it is durable (or failed). Blocks
+    /// while the write queue is full.
+    pub fn submit(&self, writes: Vec<Write>) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
+        self.enqueue(writes, true)
+    }
+
+    /// Like [`submit`](Db::submit), but fails with `overloaded` instead of blocking when the
+    /// write queue is full (for async callers, which must not block).
+    pub fn try_submit(
+        &self,
+        writes: Vec<Write>,
+    ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
+        self.enqueue(writes, false)
+    }
+
+    fn enqueue(
+        &self,
+        mut writes: Vec<Write>,
+        block: bool,
+    ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
+        prepare(&mut writes, &self.inner.settings.limits)?;
+        let inner = Arc::clone(&self.inner);
+        let job = move |txn: &mut WriteTxn<'_>| {
+            let outcome = apply(txn, &writes, &inner.catalog, &inner.settings, now_ms())?;
+            let seq = outcome.seq;
+            let db = Arc::clone(&inner);
+            txn.on_commit(move || {
+                db.seq.fetch_max(seq, Ordering::AcqRel);
+            });
+            Ok(outcome)
+        };
+        let ticket = if block {
+            self.inner.store.submit(job)?
+        } else {
+            self.inner.store.try_submit(job)?
+        };
+        Ok(ticket)
+    }
+
+    /// Commits an atomic transaction and waits until it is durable.
+    pub fn commit(&self, writes: Vec<Write>) -> Result<CommitOutcome, DbError> {
+        Ok(self.submit(writes)?.wait()?)
+    }
+
+    pub fn get(&self, collection: &str, id: &str) -> Result<Option<StoredDoc>, DbError> {
+        check_collection(collection)?;
+        check_segment(id, "document id")?;
+        let read = self.inner.store.read()?;
+        match read.get(Table::Docs, &doc_key(collection, id))? {
+            Some(bytes) => {
+                let (version, doc) = decode_doc(&bytes)?;
+                Ok(Some(StoredDoc { doc, version }))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Runs a query at one consistent snapshot and reports which commit it reflects.
+    pub fn query(&self, collection: &str, query: &Query) -> Result<QueryOutcome, DbError> {
+        check_collection(collection)?;
+        let read = self.inner.store.read()?;
+        let seq = read.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0);
+        let chosen = {
+            let cat = self.inner.catalog.read().expect("catalog lock");
+            plan(collection, query, cat.collection(collection))
+        };
+        let (
+            docs,
+            Examined {
+                keys,
+                docs: docs_examined,
+            },
+        ) = execute(&read, collection, query, &chosen)?;
+        let explain = json!({"plan": chosen.describe(), "keysExamined": keys, "docsExamined": docs_examined, "returned": docs.len()});
+        Ok(QueryOutcome { docs, seq, explain })
+    }
+
+    /// The commit-log records with seq in `[from, to]`, as stored JSON.
+    pub fn log_range(&self, from: u64, to: u64) -> Result<Vec<Value>, DbError> {
+        let read = self.inner.store.read()?;
+        let mut out = Vec::new();
+        for entry in read.range(
+            Table::Log,
+            log_key(from).as_slice()..=log_key(to).as_slice(),
+        )? {
+            let (_, v) = entry?;
+            out.push(
+                serde_json::from_slice(&v[8..])
+                    .map_err(|e| DbError::Corrupt(format!("log record: {e}")))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// The oldest seq still in the commit log (None when empty).
+    pub fn log_first(&self) -> Result<Option<u64>, DbError> {
+        let read = self.inner.store.read()?;
+        let first = read.range::<&[u8]>(Table::Log, ..)?.next().transpose()?;
+        Ok(first.map(|(k, _)| u64::from_be_bytes(k.as_slice().try_into().unwrap_or([0; 8]))))
+    }
+
+    /// Declares a composite index; it is filled in the background and used once ready.
+    pub fn create_index(
+        &self,
+        collection: &str,
+        name: &str,
+        fields: Vec<(String, Direction)>,
+    ) -> Result<Value, DbError> {
+        check_collection(collection)?;
+        check_segment(name, "index name")?;
+        if fields.len() < 2 || fields.len() > 8 {
+            return Err(DbError::BadIndex(
+                "a composite index has 2 to 8 fields".into(),
+            ));
+        }
+        for (p, _) in &fields {
+            FieldPath::parse(p).map_err(|e| DbError::BadIndex(e.to_string()))?;
+            if p == "_id" {
+                return Err(DbError::BadIndex(
+                    "_id cannot be part of a composite index".into(),
+                ));
+            }
+        }
+        let index = CompositeIndex {
+            name: name.to_string(),
+            fields: fields
+                .into_iter()
+                .map(|(path, direction)| IndexField { path, direction })
+                .collect(),
+            state: IndexState::Building,
+        };
+        let (coll, idx) = (collection.to_string(), index.clone());
+        self.catalog_job(move |cat| {
+            let cc = cat.collections.entry(coll).or_default();
+            if cc.composites.iter().any(|c| c.name == idx.name) {
+                return Err(DbError::IndexExists(idx.name.clone()));
+            }
+            if cc.composites.len() >= COMPOSITE_INDEXES_MAX {
+                return Err(DbError::LimitExceeded(format!(
+                    "at most {COMPOSITE_INDEXES_MAX} composite indexes per collection"
+                )));
+            }
+            cc.composites.push(idx);
+            Ok(())
+        })?;
+        self.spawn_build(collection.to_string(), composite_index_name(name));
+        Ok(index_json(&index))
+    }
+
+    pub fn drop_index(&self, collection: &str, name: &str) -> Result<(), DbError> {
+        check_collection(collection)?;
+        let (coll, n) = (collection.to_string(), name.to_string());
+        self.catalog_job(move |cat| {
+            let cc = cat
+                .collections
+                .get_mut(&coll)
+                .ok_or_else(|| DbError::IndexNotFound(n.clone()))?;
+            let before = cc.composites.len();
+            cc.composites.retain(|c| c.name != n);
+            if cc.composites.len() == before {
+                return Err(DbError::IndexNotFound(n));
+            }
+            Ok(())
+        })?;
+        // Entries of a dropped index are garbage; remove them in the background.
+        self.spawn_delete_entries(index_prefix(collection, &composite_index_name(name)));
+        Ok(())
+    }
+
+    /// Replaces the automatic-index exemptions of a collection. Newly exempt paths stop being
+    /// used at once; paths no longer exempt are rebuilt in the background before use.
+    pub fn set_exemptions(&self, collection: &str, exemptions: Vec<String>) -> Result<(), DbError> {
+        check_collection(collection)?;
+        for p in &exemptions {
+            FieldPath::parse(p).map_err(|e| DbError::BadIndex(e.to_string()))?;
+        }
+        let coll = collection.to_string();
+        let lifted = self.catalog_job(move |cat| {
+            let cc = cat.collections.entry(coll).or_default();
+            let new: std::collections::BTreeSet<String> = exemptions.into_iter().collect();
+            let lifted: Vec<String> = cc.exemptions.difference(&new).cloned().collect();
+            cc.building_fields.extend(lifted.iter().cloned());
+            cc.exemptions = new;
+            Ok(lifted)
+        })?;
+        for p in lifted {
+            self.spawn_build(collection.to_string(), field_index_name(&p));
+        }
+        Ok(())
+    }
+
+    pub fn list_indexes(&self, collection: &str) -> Result<Value, DbError> {
+        check_collection(collection)?;
+        let cat = self.inner.catalog.read().expect("catalog lock");
+        let cc = cat.collection(collection).cloned().unwrap_or_default();
+        Ok(json!({
+            "collection": collection,
+            "composite": cc.composites.iter().map(index_json).collect::<Vec<_>>(),
+            "exemptions": cc.exemptions,
+            "building": cc.building_fields,
+        }))
+    }
+
+    /// Runs a catalog change as a storage job: persisted with the commit, applied in memory
+    /// before the next batch runs.
+    fn catalog_job<T: Send + 'static>(
+        &self,
+        change: impl FnOnce(&mut Catalog) -> Result<T, DbError> + Send + 'static,
+    ) -> Result<T, DbError> {
+        let inner = Arc::clone(&self.inner);
+        let ticket = self.inner.store.submit(move |txn: &mut WriteTxn<'_>| {
+            let mut next = inner.catalog.read().expect("catalog lock").clone();
+            let out = change(&mut next)?;
+            txn.put(
+                Table::Meta,
+                META_CATALOG.to_vec(),
+                serde_json::to_vec(&next).expect("catalog JSON"),
+            )?;
+            let db = Arc::clone(&inner);
+            txn.on_commit(move || *db.catalog.write().expect("catalog lock") = next);
+            Ok::<T, DbError>(out)
+        })?;
+        Ok(ticket.wait()?)
+    }
+
+    /// Fills an index for the documents that existed before it, in chunks, then marks it ready.
+    fn spawn_build(&self, collection: String, index: String) {
+        let db = self.clone();
+        std::thread::Builder::new()
+            .name(format!("herald-build-{index}"))
+            .spawn(move || {
+                if let Err(e) = db.build(&collection, &index) {
+                    eprintln!("herald: building index {index} on {collection} failed: {e}");
+                }
+            })
+            .expect("spawn index builder");
+    }
+
+    fn build(&self, collection: &str, index: &str) -> Result<(), DbError> {
+        let prefix = index_prefix(collection, index);
+        let mut cursor = collection_prefix(collection);
+        loop {
+            let inner = Arc::clone(&self.inner);
+            let (coll, pfx, start) = (collection.to_string(), prefix.clone(), cursor.clone());
+            let next = self
+                .inner
+                .store
+                .submit(move |txn: &mut WriteTxn<'_>| {
+                    let end = crate::layout::prefix_end(&collection_prefix(&coll));
+                    let mut batch = Vec::new();
+                    for entry in txn
+                        .range(Table::Docs, start.as_slice()..end.as_slice())?
+                        .take(BUILD_CHUNK_DOCS)
+                    {
+                        batch.push(entry?);
+                    }
+                    let cat = inner.catalog.read().expect("catalog lock").clone();
+                    let mut cc = cat.collection(&coll).cloned().unwrap_or_default();
+                    cc.building_fields.clear(); // compute entries as if the build were done
+                    for (key, v) in &batch {
+                        let (_, doc) = decode_doc(v)?;
+                        let id = crate::layout::id_of_doc_key(key, &coll)?;
+                        for k in entries(&coll, id, &doc, Some(&cc))?.keys {
+                            if k.starts_with(&pfx) {
+                                txn.put(Table::Index, k, id.as_bytes().to_vec())?;
+                            }
+                        }
+                    }
+                    Ok::<_, DbError>(batch.last().map(|(k, _)| {
+                        let mut n = k.clone();
+                        n.push(0);
+                        n
+                    }))
+                })?
+                .wait()?;
+            match next {
+                Some(n) => cursor = n,
+                None => break,
+            }
+        }
+        let (coll, idx) = (collection.to_string(), index.to_string());
+        self.catalog_job(move |cat| {
+            if let Some(cc) = cat.collections.get_mut(&coll) {
+                if let Some(name) = idx.strip_prefix("c:") {
+                    for c in cc.composites.iter_mut().filter(|c| c.name == name) {
+                        c.state = IndexState::Ready;
+                    }
+                } else if let Some(path) = idx.strip_prefix("f:") {
+                    cc.building_fields.remove(path);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn spawn_delete_entries(&self, prefix: Vec<u8>) {
+        let db = self.clone();
+        std::thread::spawn(move || loop {
+            let pfx = prefix.clone();
+            let done = db.inner.store.submit(move |txn: &mut WriteTxn<'_>| {
+                let keys: Vec<Vec<u8>> = txn
+                    .prefix(Table::Index, &pfx)?
+                    .take(BUILD_CHUNK_DOCS)
+                    .map(|e| e.map(|(k, _)| k))
+                    .collect::<Result<_, _>>()?;
+                let done = keys.len() < BUILD_CHUNK_DOCS;
+                for k in keys {
+                    txn.delete(Table::Index, k);
+                }
+                Ok::<_, DbError>(done)
+            });
+            match done.map(|t| t.wait()) {
+                Ok(Ok(false)) => continue,
+                _ => break,
+            }
+        });
+    }
+
+    /// Stops the writer after queued work and closes the file.
+    pub fn close(self) -> Result<(), DbError> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(inner) => Ok(inner.store.close()?),
+            // Other handles (a builder thread) still exist; the store closes when they drop.
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+fn index_json(ci: &CompositeIndex) -> Value {
+    json!({
+        "name": ci.name,
+        "fields": ci.fields.iter().map(|f| json!({"path": f.path, "order": if f.direction == Direction::Asc { 1 } else { -1 }})).collect::<Vec<_>>(),
+        "state": ci.state,
+    })
+}

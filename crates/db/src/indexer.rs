@@ -1,0 +1,211 @@
+//! Which index entries a document has: automatic single-field entries for every scalar reached
+//! by a field path (array elements included, under the array's path, as MongoDB's implicit
+//! traversal reaches them) and composite entries for declared indexes.
+//!
+//! Objects, arrays and values inside nested arrays are not indexed; queries on them scan. A write
+//! replaces exactly the entries of the before-image with those of the after-image.
+
+use crate::catalog::{CollectionCatalog, CompositeIndex};
+use crate::error::DbError;
+use crate::layout::{index_key, index_prefix};
+use herald_query::{walk, Direction, LeafArrays};
+use herald_value::{encode_key, encode_key_desc, FieldPath, Value};
+use std::collections::BTreeSet;
+
+/// Most index entries one document may have (all indexes together).
+pub const INDEX_ENTRIES_PER_DOC_MAX: usize = 20_000;
+/// Most entries one document may have in one composite index (the cross product of its fields).
+pub const COMPOSITE_ENTRIES_PER_DOC_MAX: usize = 256;
+
+/// The name of the automatic index of a field path.
+pub fn field_index_name(path: &str) -> String {
+    format!("f:{path}")
+}
+
+pub fn composite_index_name(name: &str) -> String {
+    format!("c:{name}")
+}
+
+/// The full index keys of `doc` (with id `id`) in `collection`, and the paths along which it has
+/// arrays (newly multikey paths are recorded by the caller).
+pub struct Entries {
+    pub keys: BTreeSet<Vec<u8>>,
+    pub array_paths: BTreeSet<String>,
+}
+
+pub fn entries(
+    collection: &str,
+    id: &str,
+    doc: &Value,
+    cat: Option<&CollectionCatalog>,
+) -> Result<Entries, DbError> {
+    let mut out = Entries {
+        keys: BTreeSet::new(),
+        array_paths: BTreeSet::new(),
+    };
+    let mut path = String::new();
+    let mut enc = Vec::with_capacity(32);
+    if let Value::Object(m) = doc {
+        for (k, v) in m {
+            if k == "_id" {
+                continue; // _id is the document key itself
+            }
+            path.clear();
+            path.push_str(k);
+            scalars(v, &mut path, false, &mut |p, v, under_array| {
+                if cat.is_some_and(|c| c.is_exempt(p)) {
+                    return Ok(());
+                }
+                if under_array {
+                    out.array_paths.insert(p.to_string());
+                }
+                enc.clear();
+                encode_key(v, &mut enc);
+                out.keys.insert(index_key(
+                    &index_prefix(collection, &field_index_name(p)),
+                    &enc,
+                    id,
+                ));
+                if out.keys.len() > INDEX_ENTRIES_PER_DOC_MAX {
+                    return Err(too_many());
+                }
+                Ok(())
+            })?;
+        }
+        if let Some(cat) = cat {
+            for ci in &cat.composites {
+                composite(collection, id, m, ci, &mut out.keys)?;
+            }
+        }
+    }
+    if out.keys.len() > INDEX_ENTRIES_PER_DOC_MAX {
+        return Err(too_many());
+    }
+    Ok(out)
+}
+
+fn too_many() -> DbError {
+    DbError::LimitExceeded(format!(
+        "document would have more than {INDEX_ENTRIES_PER_DOC_MAX} index entries; exempt large arrays or maps from indexing"
+    ))
+}
+
+/// Visits every indexable scalar below `v`, whose path is `path`.
+fn scalars(
+    v: &Value,
+    path: &mut String,
+    under_array: bool,
+    f: &mut dyn FnMut(&str, &Value, bool) -> Result<(), DbError>,
+) -> Result<(), DbError> {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                let len = path.len();
+                path.push('.');
+                path.push_str(k);
+                scalars(child, path, under_array, f)?;
+                path.truncate(len);
+            }
+            Ok(())
+        }
+        Value::Array(items) => {
+            for item in items {
+                match item {
+                    // Implicit traversal goes one array deep; nested arrays are not expanded.
+                    Value::Array(_) => {}
+                    _ => scalars(item, path, true, f)?,
+                }
+            }
+            // An empty array has no entries; no range or equality on it can match, so it never
+            // needs to be found through this index.
+            Ok(())
+        }
+        scalar => f(path, scalar, under_array),
+    }
+}
+
+fn composite(
+    collection: &str,
+    id: &str,
+    doc: &herald_value::Map<String, Value>,
+    ci: &CompositeIndex,
+    keys: &mut BTreeSet<Vec<u8>>,
+) -> Result<(), DbError> {
+    // Per field, the distinct scalars its path reaches.
+    let mut per_field: Vec<Vec<Vec<u8>>> = Vec::with_capacity(ci.fields.len());
+    for field in &ci.fields {
+        let path = FieldPath::parse(&field.path).map_err(|e| DbError::Corrupt(e.to_string()))?;
+        let mut vals: BTreeSet<Vec<u8>> = BTreeSet::new();
+        walk(doc, path.segments(), LeafArrays::Traverse, &mut |v| {
+            if let Some(v) = v {
+                if !matches!(v, Value::Array(_) | Value::Object(_)) {
+                    let mut e = Vec::new();
+                    if field.direction == Direction::Asc {
+                        encode_key(v, &mut e);
+                    } else {
+                        encode_key_desc(v, &mut e);
+                    }
+                    vals.insert(e);
+                }
+            }
+            false
+        });
+        if vals.is_empty() {
+            return Ok(()); // documents missing a field are not in the composite index
+        }
+        per_field.push(vals.into_iter().collect());
+    }
+    let total: usize = per_field.iter().map(Vec::len).product();
+    if total > COMPOSITE_ENTRIES_PER_DOC_MAX {
+        return Err(DbError::LimitExceeded(format!(
+            "document would have {total} entries in composite index {} (limit {COMPOSITE_ENTRIES_PER_DOC_MAX})",
+            ci.name
+        )));
+    }
+    let prefix = index_prefix(collection, &composite_index_name(&ci.name));
+    let mut combo = vec![0usize; per_field.len()];
+    loop {
+        let mut enc = Vec::new();
+        for (i, &j) in combo.iter().enumerate() {
+            enc.extend_from_slice(&per_field[i][j]);
+        }
+        keys.insert(index_key(&prefix, &enc, id));
+        // Advance the odometer.
+        let mut i = combo.len();
+        loop {
+            if i == 0 {
+                return Ok(());
+            }
+            i -= 1;
+            combo[i] += 1;
+            if combo[i] < per_field[i].len() {
+                break;
+            }
+            combo[i] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn indexes_scalars_and_array_elements_under_the_array_path() {
+        let doc = json!({"_id": "x", "a": 1, "tags": ["p", "q", ["nested"]], "items": [{"sku": "A"}, {"sku": "B"}], "o": {"n": null}});
+        let e = entries("c", "x", &doc, None).unwrap();
+        assert_eq!(e.keys.len(), 6); // a, tags:p, tags:q, items.sku:A, items.sku:B, o.n:null
+        assert!(e.array_paths.contains("tags"));
+        assert!(e.array_paths.contains("items.sku"));
+        assert!(!e.array_paths.contains("a"));
+    }
+
+    #[test]
+    fn exemptions_skip_paths_and_below() {
+        let mut cat = CollectionCatalog::default();
+        cat.exemptions.insert("o".into());
+        let doc = json!({"_id": "x", "o": {"n": 1, "m": 2}, "od": 3});
+        assert_eq!(entries("c", "x", &doc, Some(&cat)).unwrap().keys.len(), 1);
+    }
+}

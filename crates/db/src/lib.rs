@@ -1,0 +1,33 @@
+//! Herald's database layer: collections of JSON documents addressed by path, with versions,
+//! automatic and composite indexes, a planner, atomic multi-document commits and the commit log.
+//!
+//! It sits between the pure query core (`herald-query`) and the byte-table store
+//! (`herald-storage`): it is the only crate that knows both documents and storage. It knows
+//! nothing of HTTP or async runtimes; callers wait on storage tickets (blocking or `.await`).
+//!
+//! The write path (`write.rs`) runs inside the storage layer's group-commit writer, so every
+//! commit is one storage job: preconditions, documents, index entries, the next `seq`, the commit
+//! record, all-or-nothing. Reads (`exec.rs`) run on one storage snapshot and report the seq they
+//! reflect.
+
+mod catalog;
+mod db;
+mod error;
+mod exec;
+mod indexer;
+mod layout;
+mod names;
+mod planner;
+mod write;
+
+pub use catalog::{CompositeIndex, IndexField, IndexState};
+pub use db::{Db, DbOptions, QueryOutcome, StoredDoc, BUILD_CHUNK_DOCS, COMPOSITE_INDEXES_MAX};
+pub use error::DbError;
+pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};
+pub use herald_storage::{Durability, Ticket, WriteError as WriteFailure};
+pub use indexer::{COMPOSITE_ENTRIES_PER_DOC_MAX, INDEX_ENTRIES_PER_DOC_MAX};
+pub use names::{
+    check_collection, check_segment, split_document_path, COLLECTION_PATH_BYTES_MAX,
+    SEGMENT_BYTES_MAX,
+};
+pub use write::{Change, ChangeOp, CommitOutcome, Write, WriteResult, COMMIT_WRITES_MAX};

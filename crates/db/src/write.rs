@@ -1,0 +1,429 @@
+//! The write path: a transaction of document writes applied inside one storage job.
+//!
+//! Checks that do not need the stored state (paths, document shape and limits, `_id`) run on the
+//! caller's thread before the job is queued; the job reads the current documents, checks
+//! `ifVersion` preconditions, computes the new documents, replaces their index entries, assigns
+//! the next commit `seq` and appends the commit record. If anything fails the job returns an
+//! error and the storage layer discards all of its writes: a transaction applies entirely or not
+//! at all, and a failed transaction consumes no `seq`.
+
+use crate::catalog::Catalog;
+use crate::error::DbError;
+use crate::indexer::entries;
+use crate::layout::{decode_doc, doc_key, encode_doc, log_key, META_CATALOG, META_SEQ};
+use crate::names::{check_collection, check_segment, generate_id};
+use herald_query::{Filter, Update};
+use herald_storage::{Table, WriteTxn};
+use herald_value::{check_document, DocumentLimits, Map, Value};
+use serde_json::json;
+use std::sync::RwLock;
+
+/// Most writes in one transaction.
+pub const COMMIT_WRITES_MAX: usize = 500;
+/// Most commit-log records deleted by one commit when pruning (keeps commits short).
+pub const LOG_PRUNE_PER_COMMIT_MAX: usize = 64;
+
+/// One write of a transaction.
+#[derive(Debug, Clone)]
+pub enum Write {
+    /// Create or replace the document.
+    Put {
+        collection: String,
+        id: String,
+        doc: Value,
+        if_version: Option<u64>,
+    },
+    /// Create the document; fails if it exists. Without an id, one is generated.
+    Insert {
+        collection: String,
+        id: Option<String>,
+        doc: Value,
+    },
+    /// Apply update operators (or a replacement); with `upsert`, create it when missing.
+    Update {
+        collection: String,
+        id: String,
+        update: Update,
+        upsert: bool,
+        if_version: Option<u64>,
+    },
+    Delete {
+        collection: String,
+        id: String,
+        if_version: Option<u64>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeOp {
+    Insert,
+    Update,
+    Delete,
+}
+
+impl ChangeOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeOp::Insert => "insert",
+            ChangeOp::Update => "update",
+            ChangeOp::Delete => "delete",
+        }
+    }
+}
+
+/// What one write did. `op` is `None` for a delete of a missing document.
+#[derive(Debug, Clone)]
+pub struct WriteResult {
+    pub collection: String,
+    pub id: String,
+    pub op: Option<ChangeOp>,
+    /// The version after the write (for deletes: the version that was deleted; 0 if none).
+    pub version: u64,
+    /// The document after the write (`None` after a delete).
+    pub doc: Option<Value>,
+}
+
+/// One committed change to one document, as the commit log records it.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub collection: String,
+    pub id: String,
+    pub op: ChangeOp,
+    pub version: u64,
+    pub before: Option<Value>,
+    pub after: Option<Value>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CommitOutcome {
+    /// The commit's seq; for a transaction that changed nothing, the seq it observed.
+    pub seq: u64,
+    pub results: Vec<WriteResult>,
+    pub changes: Vec<Change>,
+}
+
+/// Settings the job needs.
+#[derive(Debug, Clone)]
+pub struct WriteSettings {
+    pub limits: DocumentLimits,
+    pub log_retention_count: u64,
+    pub log_retention_age_ms: u64,
+}
+
+/// Validates what can be validated without the store, and fills in generated ids and `_id`.
+pub fn prepare(writes: &mut [Write], limits: &DocumentLimits) -> Result<(), DbError> {
+    if writes.is_empty() {
+        return Err(DbError::BadRequest(
+            "a commit needs at least one write".into(),
+        ));
+    }
+    if writes.len() > COMMIT_WRITES_MAX {
+        return Err(DbError::LimitExceeded(format!(
+            "a commit may hold at most {COMMIT_WRITES_MAX} writes"
+        )));
+    }
+    for w in writes.iter_mut() {
+        match w {
+            Write::Put {
+                collection,
+                id,
+                doc,
+                ..
+            } => {
+                check_collection(collection)?;
+                check_segment(id, "document id")?;
+                set_id(doc, id)?;
+                check_document(doc, limits)?;
+            }
+            Write::Insert {
+                collection,
+                id,
+                doc,
+            } => {
+                check_collection(collection)?;
+                let chosen = match (id.take(), doc.get("_id")) {
+                    (Some(i), _) => i,
+                    (None, Some(Value::String(s))) => s.clone(),
+                    (None, Some(other)) => {
+                        return Err(DbError::BadRequest(format!(
+                            "_id must be a string, got {other}"
+                        )));
+                    }
+                    (None, None) => generate_id(),
+                };
+                check_segment(&chosen, "document id")?;
+                set_id(doc, &chosen)?;
+                check_document(doc, limits)?;
+                *id = Some(chosen);
+            }
+            Write::Update { collection, id, .. } | Write::Delete { collection, id, .. } => {
+                check_collection(collection)?;
+                check_segment(id, "document id")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Puts `_id` first in the document; an `_id` that contradicts `id` is an error.
+fn set_id(doc: &mut Value, id: &str) -> Result<(), DbError> {
+    let Value::Object(m) = doc else {
+        return Err(DbError::BadDocument(
+            herald_value::DocumentError::NotAnObject,
+        ));
+    };
+    match m.get("_id") {
+        Some(Value::String(s)) if s == id => {}
+        Some(other) => {
+            return Err(DbError::IdMismatch {
+                path: id.to_string(),
+                body: other
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| other.to_string()),
+            })
+        }
+        None => {}
+    }
+    if m.keys().next().map(String::as_str) != Some("_id") {
+        m.shift_remove("_id");
+        let mut out = Map::with_capacity(m.len() + 1);
+        out.insert("_id".into(), Value::String(id.to_string()));
+        out.extend(std::mem::take(m));
+        *m = out;
+    }
+    Ok(())
+}
+
+/// Runs a prepared transaction inside a storage job.
+pub fn apply(
+    txn: &mut WriteTxn<'_>,
+    writes: &[Write],
+    catalog: &RwLock<Catalog>,
+    settings: &WriteSettings,
+    now_ms: u64,
+) -> Result<CommitOutcome, DbError> {
+    let seq0 = txn.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0);
+    let mut results = Vec::with_capacity(writes.len());
+    let mut changes = Vec::with_capacity(writes.len());
+    let mut catalog_dirty = false;
+    for (index, w) in writes.iter().enumerate() {
+        let (collection, id, if_version) = match w {
+            Write::Put {
+                collection,
+                id,
+                if_version,
+                ..
+            }
+            | Write::Update {
+                collection,
+                id,
+                if_version,
+                ..
+            }
+            | Write::Delete {
+                collection,
+                id,
+                if_version,
+                ..
+            } => (collection, id.as_str(), *if_version),
+            Write::Insert { collection, id, .. } => {
+                (collection, id.as_deref().expect("prepared"), None)
+            }
+        };
+        let key = doc_key(collection, id);
+        let current = match txn.get(Table::Docs, &key)? {
+            Some(bytes) => Some(decode_doc(&bytes)?),
+            None => None,
+        };
+        let actual = current.as_ref().map_or(0, |(v, _)| *v);
+        if let Some(expected) = if_version {
+            if expected != actual {
+                return Err(DbError::VersionConflict {
+                    index,
+                    collection: collection.clone(),
+                    id: id.to_string(),
+                    expected,
+                    actual,
+                });
+            }
+        }
+        let new_doc: Option<Value> = match w {
+            Write::Put { doc, .. } => Some(doc.clone()),
+            Write::Insert { doc, .. } => {
+                if current.is_some() {
+                    return Err(DbError::AlreadyExists {
+                        collection: collection.clone(),
+                        id: id.to_string(),
+                    });
+                }
+                Some(doc.clone())
+            }
+            Write::Update { update, upsert, .. } => {
+                let doc = match &current {
+                    Some((_, old)) => update.apply(old, now_ms as i64)?,
+                    None if *upsert => {
+                        let filter = Filter::parse(&json!({ "_id": id }))?;
+                        let mut doc = update.upsert_document(&filter, now_ms as i64)?;
+                        set_id(&mut doc, id)?;
+                        doc
+                    }
+                    None => {
+                        return Err(DbError::NotFound {
+                            collection: collection.clone(),
+                            id: id.to_string(),
+                        })
+                    }
+                };
+                check_document(&doc, &settings.limits)?;
+                Some(doc)
+            }
+            Write::Delete { .. } => None,
+        };
+        let before = current.map(|(_, d)| d);
+        if before.is_none() && new_doc.is_none() {
+            results.push(WriteResult {
+                collection: collection.clone(),
+                id: id.to_string(),
+                op: None,
+                version: 0,
+                doc: None,
+            });
+            continue;
+        }
+        // Replace the index entries of the before-image with those of the after-image.
+        {
+            let cat = catalog.read().expect("catalog lock");
+            let cc = cat.collection(collection);
+            let old = match &before {
+                Some(d) => entries(collection, id, d, cc)?.keys,
+                None => Default::default(),
+            };
+            let new = match &new_doc {
+                Some(d) => entries(collection, id, d, cc)?,
+                None => crate::indexer::Entries {
+                    keys: Default::default(),
+                    array_paths: Default::default(),
+                },
+            };
+            for k in old.difference(&new.keys) {
+                txn.delete(Table::Index, k.clone());
+            }
+            for k in new.keys.difference(&old) {
+                txn.put(Table::Index, k.clone(), id.as_bytes().to_vec())?;
+            }
+            let fresh: Vec<String> = new
+                .array_paths
+                .into_iter()
+                .filter(|p| !cc.is_some_and(|c| c.multikey.contains(p)))
+                .collect();
+            drop(cat);
+            if !fresh.is_empty() {
+                // Marking a path multikey early is harmless (it only disables index ordering),
+                // so the in-memory catalog changes now and the persisted one with this commit.
+                let mut cat = catalog.write().expect("catalog lock");
+                cat.collections
+                    .entry(collection.clone())
+                    .or_default()
+                    .multikey
+                    .extend(fresh);
+                catalog_dirty = true;
+            }
+        }
+        let (op, version) = match (&before, &new_doc) {
+            (None, Some(_)) => (ChangeOp::Insert, 1),
+            (Some(_), Some(_)) => (ChangeOp::Update, actual + 1),
+            _ => (ChangeOp::Delete, actual),
+        };
+        match &new_doc {
+            Some(d) => txn.put(Table::Docs, key, encode_doc(version, d))?,
+            None => txn.delete(Table::Docs, key),
+        }
+        results.push(WriteResult {
+            collection: collection.clone(),
+            id: id.to_string(),
+            op: Some(op),
+            version,
+            doc: new_doc.clone(),
+        });
+        changes.push(Change {
+            collection: collection.clone(),
+            id: id.to_string(),
+            op,
+            version,
+            before,
+            after: new_doc,
+        });
+    }
+    if catalog_dirty {
+        let json = serde_json::to_vec(&*catalog.read().expect("catalog lock"))
+            .expect("catalog serializes");
+        txn.put(Table::Meta, META_CATALOG.to_vec(), json)?;
+    }
+    if changes.is_empty() {
+        return Ok(CommitOutcome {
+            seq: seq0,
+            results,
+            changes,
+        });
+    }
+    let seq = seq0 + 1;
+    txn.put_u64(Table::Meta, META_SEQ.to_vec(), seq)?;
+    txn.put(
+        Table::Log,
+        log_key(seq).to_vec(),
+        encode_log_record(seq, now_ms, &changes),
+    )?;
+    prune_log(txn, seq, now_ms, settings)?;
+    Ok(CommitOutcome {
+        seq,
+        results,
+        changes,
+    })
+}
+
+/// `ts (u64 BE)` then the JSON record `{"seq","ts","changes":[...]}`.
+pub fn encode_log_record(seq: u64, ts: u64, changes: &[Change]) -> Vec<u8> {
+    let changes: Vec<Value> = changes
+        .iter()
+        .map(|c| {
+            json!({"collection": c.collection, "id": c.id, "op": c.op.as_str(), "version": c.version,
+                   "before": c.before, "after": c.after})
+        })
+        .collect();
+    let mut out = ts.to_be_bytes().to_vec();
+    serde_json::to_writer(&mut out, &json!({"seq": seq, "ts": ts, "changes": changes}))
+        .expect("JSON");
+    out
+}
+
+/// Deletes log records beyond the retention count or age, a bounded number per commit.
+fn prune_log(
+    txn: &mut WriteTxn<'_>,
+    seq: u64,
+    now_ms: u64,
+    s: &WriteSettings,
+) -> Result<(), DbError> {
+    let mut doomed = Vec::new();
+    for entry in txn.range(Table::Log, ..log_key(seq).to_vec())? {
+        let (k, v) = entry?;
+        let old_seq = u64::from_be_bytes(
+            k.as_slice()
+                .try_into()
+                .map_err(|_| DbError::Corrupt("log key".into()))?,
+        );
+        let ts = v
+            .get(..8)
+            .map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
+        let too_many = seq - old_seq >= s.log_retention_count;
+        let too_old = now_ms.saturating_sub(ts) > s.log_retention_age_ms;
+        if !(too_many || too_old) || doomed.len() >= LOG_PRUNE_PER_COMMIT_MAX {
+            break;
+        }
+        doomed.push(k);
+    }
+    for k in doomed {
+        txn.delete(Table::Log, k);
+    }
+    Ok(())
+}

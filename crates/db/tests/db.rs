@@ -1,0 +1,448 @@
+//! Database integration tests on a real store in a temporary directory: commits, versions,
+//! transactions, the commit log, indexes and the planner-versus-full-scan property.
+
+use herald_db::{Db, DbError, DbOptions, Durability, Write};
+use herald_query::{Direction, Filter, Query, Update};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn open(dir: &std::path::Path) -> Db {
+    Db::open(
+        dir,
+        DbOptions {
+            durability: Durability::NoSync,
+            ..DbOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+fn put(c: &str, id: &str, doc: Value) -> Write {
+    Write::Put {
+        collection: c.into(),
+        id: id.into(),
+        doc,
+        if_version: None,
+    }
+}
+
+fn q(v: Value) -> Query {
+    Query::parse(&v).unwrap()
+}
+
+#[test]
+fn versions_and_seq_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), DbOptions::default()).unwrap();
+    let a = db
+        .commit(vec![put("rooms/r1/messages", "m1", json!({"t": 1}))])
+        .unwrap();
+    let b = db
+        .commit(vec![put("rooms/r1/messages", "m1", json!({"t": 2}))])
+        .unwrap();
+    assert_eq!((a.seq, b.seq), (1, 2));
+    assert_eq!(b.results[0].version, 2);
+    db.close().unwrap();
+    let db = Db::open(dir.path(), DbOptions::default()).unwrap();
+    assert_eq!(db.seq(), 2);
+    let doc = db.get("rooms/r1/messages", "m1").unwrap().unwrap();
+    assert_eq!((doc.version, doc.doc), (2, json!({"_id": "m1", "t": 2})));
+    let c = db
+        .commit(vec![Write::Delete {
+            collection: "rooms/r1/messages".into(),
+            id: "m1".into(),
+            if_version: None,
+        }])
+        .unwrap();
+    assert_eq!(c.seq, 3, "seq continues without a gap after a restart");
+    let log = db.log_range(1, 3).unwrap();
+    assert_eq!(log.len(), 3);
+    assert_eq!(log[2]["changes"][0]["op"], "delete");
+    assert_eq!(log[1]["changes"][0]["before"]["t"], 1);
+    assert_eq!(log[1]["changes"][0]["after"]["t"], 2);
+}
+
+#[test]
+fn failed_precondition_applies_nothing_and_uses_no_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    db.commit(vec![put("c", "a", json!({"n": 1}))]).unwrap();
+    let err = db
+        .commit(vec![
+            put("c", "b", json!({"n": 2})),
+            Write::Put {
+                collection: "c".into(),
+                id: "a".into(),
+                doc: json!({"n": 9}),
+                if_version: Some(7),
+            },
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DbError::VersionConflict {
+                index: 1,
+                expected: 7,
+                actual: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        db.get("c", "b").unwrap().is_none(),
+        "the first write of the failed transaction is not applied"
+    );
+    assert_eq!(db.get("c", "a").unwrap().unwrap().doc["n"], 1);
+    let next = db.commit(vec![put("c", "z", json!({}))]).unwrap();
+    assert_eq!(next.seq, 2);
+    // ifVersion 0 means "must not exist".
+    let e = db.commit(vec![Write::Put {
+        collection: "c".into(),
+        id: "a".into(),
+        doc: json!({}),
+        if_version: Some(0),
+    }]);
+    assert_eq!(e.unwrap_err().code(), "version_conflict");
+}
+
+#[test]
+fn insert_update_upsert_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    let out = db
+        .commit(vec![Write::Insert {
+            collection: "c".into(),
+            id: None,
+            doc: json!({"n": 1}),
+        }])
+        .unwrap();
+    let id = out.results[0].id.clone();
+    assert_eq!(id.len(), 20);
+    let again = db.commit(vec![Write::Insert {
+        collection: "c".into(),
+        id: Some(id.clone()),
+        doc: json!({}),
+    }]);
+    assert_eq!(again.unwrap_err().code(), "already_exists");
+    let upd = |u: Value, upsert: bool, id: &str| Write::Update {
+        collection: "c".into(),
+        id: id.into(),
+        update: Update::parse(&u).unwrap(),
+        upsert,
+        if_version: None,
+    };
+    let r = db
+        .commit(vec![upd(json!({"$inc": {"n": 2}}), false, &id)])
+        .unwrap();
+    assert_eq!(r.results[0].doc.as_ref().unwrap()["n"], 3);
+    assert_eq!(
+        db.commit(vec![upd(json!({"$inc": {"n": 1}}), false, "nope")])
+            .unwrap_err()
+            .code(),
+        "not_found"
+    );
+    let r = db
+        .commit(vec![upd(json!({"$set": {"k": 1}}), true, "new")])
+        .unwrap();
+    assert_eq!(r.results[0].doc, Some(json!({"_id": "new", "k": 1})));
+    assert_eq!(
+        db.commit(vec![upd(json!({"$inc": {"_id": 1}}), false, "new")])
+            .unwrap_err()
+            .code(),
+        "type_mismatch"
+    );
+    assert_eq!(
+        db.commit(vec![put("c", "x", json!({"_id": "y"}))])
+            .unwrap_err()
+            .code(),
+        "id_mismatch"
+    );
+    assert_eq!(
+        db.commit(vec![put("c/d", "x", json!({}))])
+            .unwrap_err()
+            .code(),
+        "bad_path"
+    );
+    let big = json!({"s": "x".repeat(2 << 20)});
+    assert_eq!(
+        db.commit(vec![put("c", "big", big)]).unwrap_err().code(),
+        "document_too_large"
+    );
+    // A delete of a missing document changes nothing and takes no seq.
+    let before = db.seq();
+    let d = db
+        .commit(vec![Write::Delete {
+            collection: "c".into(),
+            id: "ghost".into(),
+            if_version: None,
+        }])
+        .unwrap();
+    assert_eq!((d.seq, d.results[0].op), (before, None));
+}
+
+#[test]
+fn log_retention_prunes_old_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path(),
+        DbOptions {
+            durability: Durability::NoSync,
+            log_retention_count: 5,
+            log_retention_age: Duration::from_secs(3600),
+            ..DbOptions::default()
+        },
+    )
+    .unwrap();
+    for i in 0..20 {
+        db.commit(vec![put("c", "a", json!({"i": i}))]).unwrap();
+    }
+    assert_eq!(db.log_first().unwrap(), Some(16));
+    assert_eq!(db.log_range(0, 100).unwrap().len(), 5);
+}
+
+#[test]
+fn planner_uses_indexes_and_explains() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    let writes: Vec<Write> = (0..200)
+        .map(|i| {
+            put(
+                "c",
+                &format!("d{i:03}"),
+                json!({"n": i, "g": i % 10, "tags": [format!("t{}", i % 7)]}),
+            )
+        })
+        .collect();
+    db.commit(writes).unwrap();
+    let plan_of = |v: Value| {
+        db.query("c", &q(v)).unwrap().explain["plan"]["type"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(plan_of(json!({"filter": {"n": 5}})), "index");
+    assert_eq!(
+        plan_of(json!({"filter": {"n": {"$gte": 5, "$lt": 9}}})),
+        "index"
+    );
+    assert_eq!(
+        plan_of(json!({"filter": {"$or": [{"n": 5}, {"tags": "t3"}]}})),
+        "union"
+    );
+    assert_eq!(plan_of(json!({"filter": {"_id": "d007"}})), "ids");
+    assert_eq!(
+        plan_of(json!({"filter": {"n": {"$gt": 50}}, "sort": {"n": -1}, "limit": 3})),
+        "ordered_index"
+    );
+    assert_eq!(
+        plan_of(json!({"filter": {"tags": {"$gt": "t1"}}, "sort": {"tags": 1}})),
+        "index",
+        "multikey paths never give order"
+    );
+    assert_eq!(plan_of(json!({"filter": {"n": null}})), "collection_scan");
+    let out = db
+        .query("c", &q(json!({"filter": {"n": {"$gte": 5, "$lt": 9}}})))
+        .unwrap();
+    assert_eq!(out.explain["keysExamined"], 4);
+    assert_eq!(out.docs.len(), 4);
+    let top = db
+        .query(
+            "c",
+            &q(json!({"filter": {"n": {"$gt": 50}}, "sort": {"n": -1}, "limit": 3})),
+        )
+        .unwrap();
+    assert_eq!(
+        top.docs
+            .iter()
+            .map(|d| d["n"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![199, 198, 197]
+    );
+    assert_eq!(
+        top.explain["docsExamined"], 3,
+        "an ordered scan stops after the limit"
+    );
+}
+
+#[test]
+fn composite_index_builds_in_background_and_serves_queries() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    for chunk in 0..3 {
+        let writes: Vec<Write> = (chunk * 400..(chunk + 1) * 400)
+            .map(|i| put("c", &format!("d{i:04}"), json!({"g": i % 10, "n": i})))
+            .collect();
+        db.commit(writes).unwrap();
+    }
+    db.create_index(
+        "c",
+        "g_n",
+        vec![("g".into(), Direction::Asc), ("n".into(), Direction::Asc)],
+    )
+    .unwrap();
+    let query = q(json!({"filter": {"g": 3, "n": {"$gte": 100, "$lt": 200}}}));
+    let mut ready = false;
+    for _ in 0..200 {
+        if db.list_indexes("c").unwrap()["composite"][0]["state"] == "ready" {
+            ready = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(ready, "index build finished");
+    let out = db.query("c", &query).unwrap();
+    assert_eq!(out.explain["plan"]["index"], "c:g_n");
+    assert_eq!(out.docs.len(), 10);
+    assert_eq!(out.explain["keysExamined"], 10);
+    assert_eq!(
+        db.create_index(
+            "c",
+            "g_n",
+            vec![("g".into(), Direction::Asc), ("n".into(), Direction::Asc)]
+        )
+        .unwrap_err()
+        .code(),
+        "index_exists"
+    );
+}
+
+#[test]
+fn exemptions_stop_index_use_and_rebuild_when_lifted() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    db.set_exemptions("c", vec!["body".into()]).unwrap();
+    db.commit(
+        (0..50)
+            .map(|i| put("c", &format!("d{i}"), json!({"body": i})))
+            .collect(),
+    )
+    .unwrap();
+    let query = q(json!({"filter": {"body": 7}}));
+    let out = db.query("c", &query).unwrap();
+    assert_eq!(
+        (out.explain["plan"]["type"].as_str(), out.docs.len()),
+        (Some("collection_scan"), 1)
+    );
+    db.set_exemptions("c", vec![]).unwrap();
+    for _ in 0..200 {
+        if db.list_indexes("c").unwrap()["building"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = db.query("c", &query).unwrap();
+    assert_eq!(
+        (out.explain["plan"]["type"].as_str(), out.docs.len()),
+        (Some("index"), 1)
+    );
+}
+
+// ---- The planner-versus-full-scan property ----
+
+fn scalar() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        (-4i64..5).prop_map(Value::from),
+        (-4i64..5).prop_map(|i| json!(i as f64 + 0.5)),
+        prop::sample::select(vec!["a", "b", "ab", ""]).prop_map(Value::from),
+    ]
+}
+
+fn field_value() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        4 => scalar(),
+        1 => prop::collection::vec(scalar(), 0..3).prop_map(Value::Array),
+        1 => (scalar(), scalar()).prop_map(|(x, y)| json!({"x": x, "y": y})),
+        1 => prop::collection::vec(scalar(), 0..3).prop_map(|v| Value::Array(v.into_iter().map(|x| json!({"x": x})).collect())),
+    ]
+}
+
+fn doc() -> impl Strategy<Value = Value> {
+    prop::collection::vec(
+        (prop::sample::select(vec!["a", "b", "c"]), field_value()),
+        0..3,
+    )
+    .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect()))
+}
+
+fn path() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec!["a", "b", "c", "a.x", "b.y", "_id"])
+}
+
+fn leaf() -> impl Strategy<Value = Value> {
+    let op = prop::sample::select(vec!["$eq", "$gt", "$gte", "$lt", "$lte", "$ne"]);
+    prop_oneof![
+        (path(), scalar()).prop_map(|(p, v)| json!({ p: v })),
+        (path(), op, scalar()).prop_map(|(p, o, v)| json!({ p: { o: v } })),
+        (path(), scalar(), scalar())
+            .prop_map(|(p, lo, hi)| json!({ p: { "$gte": lo, "$lt": hi } })),
+        (path(), prop::collection::vec(scalar(), 1..3))
+            .prop_map(|(p, v)| json!({ p: { "$in": v } })),
+        (path(), 0usize..3).prop_map(|(p, n)| json!({ p: { "$size": n } })),
+    ]
+}
+
+fn filter() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        3 => leaf(),
+        1 => prop::collection::vec(leaf(), 1..3).prop_map(|f| json!({"$or": f})),
+        1 => prop::collection::vec(leaf(), 1..3).prop_map(|f| json!({"$and": f})),
+    ]
+}
+
+fn query() -> impl Strategy<Value = Value> {
+    let sort = prop_oneof![
+        Just(Value::Null),
+        (path(), prop::sample::select(vec![1, -1])).prop_map(|(p, d)| json!({ p: d })),
+    ];
+    (filter(), sort, 0usize..3, 0usize..5).prop_map(
+        |(f, s, skip, limit)| json!({"filter": f, "sort": s, "skip": skip, "limit": limit}),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(std::env::var("HERALD_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64)))]
+
+    /// Whatever plan the planner picks (ids, single-field or composite index, union, ordered
+    /// index scan, collection scan), the result equals the reference evaluation over all
+    /// documents.
+    #[test]
+    fn every_plan_agrees_with_a_full_scan(docs in prop::collection::vec(doc(), 0..25), queries in prop::collection::vec(query(), 1..12)) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(dir.path());
+        db.create_index("c", "ab", vec![("a".into(), Direction::Asc), ("b".into(), Direction::Asc)]).unwrap();
+        let mut stored = Vec::new();
+        let mut writes = Vec::new();
+        for (i, d) in docs.into_iter().enumerate() {
+            let id = format!("d{i:02}");
+            let mut full = serde_json::Map::new();
+            full.insert("_id".into(), json!(id));
+            full.extend(d.as_object().unwrap().clone());
+            stored.push(Value::Object(full));
+            writes.push(put("c", &id, d));
+        }
+        if !writes.is_empty() {
+            db.commit(writes).unwrap();
+        }
+        // Wait for the composite index so it can be chosen.
+        for _ in 0..500 {
+            if db.list_indexes("c").unwrap()["composite"][0]["state"] == "ready" { break; }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        for qv in queries {
+            let query = Query::parse(&qv).unwrap();
+            let expected = query.run(&stored);
+            let got = db.query("c", &query).unwrap();
+            prop_assert_eq!(&got.docs, &expected, "query {} plan {}", qv, got.explain);
+            let _ = Filter::all();
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! `POST /v1/bulk`: newline-delimited JSON writes for high-rate ingest. Not atomic as a whole:
+//! each line is its own transaction, so lines group-commit together and a bad line fails alone.
+//!
+//! The body is streamed, never buffered whole. At most [`BULK_INFLIGHT_MAX`] lines wait for
+//! their commit at once; past that, or when the write queue is full, the handler stops reading
+//! the body until commits complete, which slows the client (TCP backpressure) instead of growing
+//! server memory.
+
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::writes::parse_write;
+use crate::state::AppState;
+use axum::body::Body;
+use axum::extract::State;
+use axum::Json;
+use futures_util::StreamExt;
+use herald_db::{CommitOutcome, DbError, Ticket};
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// Lines submitted but not yet committed, per request.
+pub const BULK_INFLIGHT_MAX: usize = 2048;
+/// Longest accepted line.
+pub const BULK_LINE_BYTES_MAX: usize = 2 << 20;
+/// Per-line errors reported in the response; later ones are only counted.
+pub const BULK_ERRORS_REPORTED_MAX: usize = 100;
+
+struct Tally {
+    lines: u64,
+    applied: u64,
+    failed: u64,
+    seq: u64,
+    errors: Vec<Value>,
+}
+
+impl Tally {
+    fn fail(&mut self, line: u64, code: &str, message: &str) {
+        self.failed += 1;
+        if self.errors.len() < BULK_ERRORS_REPORTED_MAX {
+            self.errors
+                .push(json!({"line": line, "code": code, "message": message}));
+        }
+    }
+}
+
+type Pending = (u64, Ticket<CommitOutcome, DbError>);
+
+async fn settle(t: &mut Tally, (line, ticket): Pending) {
+    match ticket.await {
+        Ok(out) => {
+            t.applied += 1;
+            t.seq = t.seq.max(out.seq);
+        }
+        Err(e) => {
+            let e = ApiError::from(DbError::from(e));
+            t.fail(line, e.code, &e.message);
+        }
+    }
+}
+
+async fn submit_line(
+    st: &AppState,
+    t: &mut Tally,
+    inflight: &mut VecDeque<Pending>,
+    line_no: u64,
+    line: &[u8],
+) {
+    let parsed = serde_json::from_slice::<Value>(line)
+        .map_err(|e| ApiError::new("bad_json", format!("line is not valid JSON: {e}")))
+        .and_then(parse_write);
+    let w = match parsed {
+        Ok(w) => w,
+        Err(e) => return t.fail(line_no, e.code, &e.message),
+    };
+    loop {
+        if inflight.len() >= BULK_INFLIGHT_MAX {
+            let oldest = inflight.pop_front().expect("non-empty");
+            settle(t, oldest).await;
+        }
+        match st.db.try_submit(vec![w.clone()]) {
+            Ok(ticket) => {
+                inflight.push_back((line_no, ticket));
+                return;
+            }
+            Err(DbError::Storage(e)) if e.code() == "overloaded" => match inflight.pop_front() {
+                Some(oldest) => settle(t, oldest).await,
+                None => tokio::time::sleep(Duration::from_millis(1)).await,
+            },
+            Err(e) => {
+                let e = ApiError::from(e);
+                return t.fail(line_no, e.code, &e.message);
+            }
+        }
+    }
+}
+
+pub async fn bulk(State(st): State<AppState>, body: Body) -> ApiResult<Json<Value>> {
+    let mut stream = body.into_data_stream();
+    let mut t = Tally {
+        lines: 0,
+        applied: 0,
+        failed: 0,
+        seq: 0,
+        errors: Vec::new(),
+    };
+    let mut inflight: VecDeque<Pending> = VecDeque::new();
+    let mut buf: Vec<u8> = Vec::new();
+    // True while skipping the rest of an over-long line.
+    let mut skipping = false;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk
+            .map_err(|e| ApiError::new("bad_request", format!("reading the body failed: {e}")))?;
+        let mut rest: &[u8] = &chunk;
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            let (head, tail) = rest.split_at(nl);
+            rest = &tail[1..];
+            if skipping {
+                skipping = false;
+                continue;
+            }
+            buf.extend_from_slice(head);
+            let line = std::mem::take(&mut buf);
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            t.lines += 1;
+            let n = t.lines;
+            submit_line(&st, &mut t, &mut inflight, n, &line).await;
+        }
+        if !skipping {
+            buf.extend_from_slice(rest);
+            if buf.len() > BULK_LINE_BYTES_MAX {
+                t.lines += 1;
+                t.fail(
+                    t.lines,
+                    "body_too_large",
+                    &format!("line is over {BULK_LINE_BYTES_MAX} bytes"),
+                );
+                buf.clear();
+                skipping = true;
+            }
+        }
+    }
+    if !skipping && !buf.iter().all(u8::is_ascii_whitespace) {
+        t.lines += 1;
+        let (n, line) = (t.lines, std::mem::take(&mut buf));
+        submit_line(&st, &mut t, &mut inflight, n, &line).await;
+    }
+    while let Some(p) = inflight.pop_front() {
+        settle(&mut t, p).await;
+    }
+    Ok(Json(json!({
+        "lines": t.lines, "applied": t.applied, "failed": t.failed,
+        "seq": t.seq, "errors": t.errors,
+    })))
+}

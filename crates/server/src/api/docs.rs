@@ -1,0 +1,149 @@
+//! `/v1/docs/{path}`: one document by path. PUT upserts, POST to a collection inserts, GET
+//! reads (version in `ETag`), PATCH applies update operators, DELETE removes. `If-Match: "N"`
+//! on PUT, PATCH and DELETE is an `ifVersion` precondition.
+
+use crate::api::body::read_json;
+use crate::api::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use axum::body::Body;
+use axum::extract::{Path, Query as UrlQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use herald_db::{split_document_path, CommitOutcome, Write};
+use herald_query::Update;
+use serde_json::json;
+use std::collections::HashMap;
+
+fn if_match(headers: &HeaderMap) -> ApiResult<Option<u64>> {
+    let Some(v) = headers.get("if-match") else {
+        return Ok(None);
+    };
+    let s = v.to_str().unwrap_or("").trim().trim_matches('"');
+    s.parse::<u64>().map(Some).map_err(|_| {
+        ApiError::new(
+            "bad_request",
+            "If-Match must be a document version, e.g. \"3\"",
+        )
+    })
+}
+
+pub async fn commit_one(state: &AppState, w: Write) -> ApiResult<CommitOutcome> {
+    let ticket = state.db.try_submit(vec![w])?;
+    Ok(ticket.await?)
+}
+
+pub async fn put(
+    State(st): State<AppState>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let (collection, id) = split_document_path(&path)?;
+    let doc = read_json(body, st.doc_body_limit()).await?;
+    let w = Write::Put {
+        collection: collection.into(),
+        id: id.into(),
+        doc,
+        if_version: if_match(&headers)?,
+    };
+    let out = commit_one(&st, w).await?;
+    let r = &out.results[0];
+    Ok(Json(json!({"id": r.id, "version": r.version, "seq": out.seq})).into_response())
+}
+
+pub async fn insert(
+    State(st): State<AppState>,
+    Path(collection): Path<String>,
+    body: Body,
+) -> ApiResult<Response> {
+    let doc = read_json(body, st.doc_body_limit()).await?;
+    herald_db::check_collection(&collection)?;
+    let w = Write::Insert {
+        collection,
+        id: None,
+        doc,
+    };
+    let out = commit_one(&st, w).await?;
+    let r = &out.results[0];
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"id": r.id, "version": r.version, "seq": out.seq})),
+    )
+        .into_response())
+}
+
+pub async fn get(State(st): State<AppState>, Path(path): Path<String>) -> ApiResult<Response> {
+    let (collection, id) = split_document_path(&path)?;
+    let (c, i) = (collection.to_string(), id.to_string());
+    let db = st.db.clone();
+    let found = tokio::task::spawn_blocking(move || db.get(&c, &i))
+        .await
+        .map_err(|e| ApiError::new("internal", e.to_string()))??;
+    match found {
+        Some(d) => {
+            let mut resp = Json(d.doc).into_response();
+            let etag = HeaderValue::from_str(&format!("\"{}\"", d.version))
+                .expect("digits are a valid header");
+            resp.headers_mut().insert("etag", etag);
+            Ok(resp)
+        }
+        None => Err(ApiError::new(
+            "not_found",
+            format!("document {collection}/{id} not found"),
+        )),
+    }
+}
+
+pub async fn patch(
+    State(st): State<AppState>,
+    Path(path): Path<String>,
+    UrlQuery(params): UrlQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let (collection, id) = split_document_path(&path)?;
+    let upsert = match params.get("upsert").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::new(
+                "bad_request",
+                format!("upsert must be true or false, got '{other}'"),
+            ))
+        }
+    };
+    let spec = read_json(body, st.doc_body_limit()).await?;
+    let update = Update::parse(&spec).map_err(|e| ApiError::new(e.code(), e.to_string()))?;
+    if update.is_replacement() && spec.as_object().is_some_and(|m| m.is_empty()) {
+        return Err(ApiError::new(
+            "bad_update",
+            "an empty update does nothing; use PUT to replace a document",
+        ));
+    }
+    let w = Write::Update {
+        collection: collection.into(),
+        id: id.into(),
+        update,
+        upsert,
+        if_version: if_match(&headers)?,
+    };
+    let out = commit_one(&st, w).await?;
+    let r = &out.results[0];
+    Ok(Json(json!({"doc": r.doc, "version": r.version, "seq": out.seq})).into_response())
+}
+
+pub async fn delete(
+    State(st): State<AppState>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let (collection, id) = split_document_path(&path)?;
+    let w = Write::Delete {
+        collection: collection.into(),
+        id: id.into(),
+        if_version: if_match(&headers)?,
+    };
+    let out = commit_one(&st, w).await?;
+    Ok(Json(json!({"deleted": out.results[0].op.is_some(), "seq": out.seq})).into_response())
+}

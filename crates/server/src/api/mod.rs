@@ -1,0 +1,54 @@
+//! The HTTP API under `/v1`: routes, and the fallbacks that keep every error JSON.
+
+pub mod body;
+pub mod bulk;
+pub mod commit;
+pub mod docs;
+pub mod error;
+pub mod indexes;
+pub mod query;
+pub mod writes;
+
+use crate::state::AppState;
+use axum::extract::State;
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use error::ApiError;
+use serde_json::{json, Value};
+
+async fn health(State(st): State<AppState>) -> Json<Value> {
+    Json(json!({"status": "ok", "seq": st.db.seq()}))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new("route_not_found", "no such endpoint (see docs/protocol.md)")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        "method_not_allowed",
+        "this endpoint does not accept that method",
+    )
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route(
+            "/v1/docs/{*path}",
+            put(docs::put)
+                .post(docs::insert)
+                .get(docs::get)
+                .patch(docs::patch)
+                .delete(docs::delete),
+        )
+        .route("/v1/query", post(query::query))
+        .route("/v1/commit", post(commit::commit))
+        .route("/v1/bulk", post(bulk::bulk))
+        .route("/v1/indexes", post(indexes::create).get(indexes::list))
+        .route("/v1/indexes/exemptions", put(indexes::exemptions))
+        .route("/v1/indexes/{name}", axum::routing::delete(indexes::drop))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}

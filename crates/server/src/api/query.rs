@@ -1,0 +1,70 @@
+//! `POST /v1/query`: a pull query, `{"collection","filter","sort","skip","limit","projection",
+//! "explain"?}` -> `{"docs","seq"}` (+ `"explain"`). Runs on the blocking pool: a query may read
+//! many pages from disk.
+
+use crate::api::body::read_object;
+use crate::api::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use axum::body::Body;
+use axum::extract::State;
+use axum::Json;
+use herald_query::Query;
+use serde_json::{json, Value};
+
+/// Largest query request body.
+pub const QUERY_BODY_BYTES_MAX: usize = 1 << 20;
+const MEMBERS: &[&str] = &[
+    "collection",
+    "filter",
+    "sort",
+    "skip",
+    "limit",
+    "projection",
+    "explain",
+];
+
+pub async fn query(State(st): State<AppState>, body: Body) -> ApiResult<Json<Value>> {
+    let m = read_object(body, QUERY_BODY_BYTES_MAX).await?;
+    if let Some(k) = m.keys().find(|k| !MEMBERS.contains(&k.as_str())) {
+        return Err(ApiError::new(
+            "bad_request",
+            format!("unknown query member '{k}'"),
+        ));
+    }
+    let collection = match m.get("collection") {
+        Some(Value::String(s)) => s.clone(),
+        _ => {
+            return Err(ApiError::new(
+                "bad_request",
+                "a query needs 'collection' (a string)",
+            ))
+        }
+    };
+    let explain = match m.get("explain") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(ApiError::new("bad_request", "explain must be a boolean")),
+    };
+    let null = Value::Null;
+    let get = |k: &str| m.get(k).unwrap_or(&null);
+    if m.get("filter").is_some_and(|f| !f.is_object()) {
+        return Err(ApiError::new("bad_filter", "filter must be an object"));
+    }
+    let q = Query::from_parts(
+        get("filter"),
+        get("sort"),
+        get("skip"),
+        get("limit"),
+        get("projection"),
+    )
+    .map_err(|e| ApiError::new(e.code(), e.to_string()))?;
+    let db = st.db.clone();
+    let out = tokio::task::spawn_blocking(move || db.query(&collection, &q))
+        .await
+        .map_err(|e| ApiError::new("internal", e.to_string()))??;
+    let mut resp = json!({"docs": out.docs, "seq": out.seq});
+    if explain {
+        resp["explain"] = out.explain;
+    }
+    Ok(Json(resp))
+}

@@ -1,0 +1,102 @@
+//! The `herald` command: `herald serve` starts the server on the embedded store.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use herald::{serve, shutdown_signal, ServeConfig};
+use herald_db::{DbOptions, Durability};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "herald",
+    version,
+    about = "Herald, a real-time document database"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DurabilityArg {
+    /// Acknowledge a write only after its group commit is fsynced (default).
+    Fsync,
+    /// Acknowledge before fsync: a crash may lose about the last second of acknowledged writes.
+    Nosync,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the server with the embedded store.
+    Serve {
+        /// Data directory.
+        #[arg(long, default_value = "./herald-data")]
+        data: PathBuf,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        listen: SocketAddr,
+        /// Allow listening on a non-loopback address. Herald has no authentication yet, so
+        /// anyone who can reach the port can read and write everything.
+        #[arg(long)]
+        insecure_public: bool,
+        /// When a write is acknowledged.
+        #[arg(long, value_enum, default_value = "fsync")]
+        durability: DurabilityArg,
+        /// Commit-log records kept (the window for live-query resume).
+        #[arg(long, default_value_t = 1_000_000)]
+        log_retention_count: u64,
+        /// Commit-log records older than this many seconds are pruned.
+        #[arg(long, default_value_t = 86_400)]
+        log_retention_secs: u64,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve {
+            data,
+            listen,
+            insecure_public,
+            durability,
+            log_retention_count,
+            log_retention_secs,
+        } => {
+            if !listen.ip().is_loopback() && !insecure_public {
+                eprintln!(
+                    "herald: refusing to listen on {listen}: Herald has no authentication yet, so anyone who can \
+                     reach a public address could read and write all data. Listen on 127.0.0.1, or pass \
+                     --insecure-public if the network is private and you accept that."
+                );
+                std::process::exit(2);
+            }
+            let config = ServeConfig {
+                data,
+                listen,
+                db: DbOptions {
+                    durability: match durability {
+                        DurabilityArg::Fsync => Durability::Fsync,
+                        DurabilityArg::Nosync => Durability::NoSync,
+                    },
+                    log_retention_count,
+                    log_retention_age: Duration::from_secs(log_retention_secs),
+                    ..DbOptions::default()
+                },
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .max_blocking_threads(64)
+                .build()
+                .expect("tokio runtime");
+            let result = runtime.block_on(serve(config, shutdown_signal(), |addr| {
+                eprintln!("herald: listening on http://{addr}");
+            }));
+            if let Err(e) = result {
+                eprintln!("herald: {e}");
+                std::process::exit(1);
+            }
+            eprintln!("herald: stopped");
+        }
+    }
+}

@@ -1,0 +1,480 @@
+//! What a write job sees: [`WriteTxn`], one job's buffered writes over the batch's redb write
+//! transaction, and [`WriteRange`], the merged view its scans return.
+//!
+//! A job's puts and deletes go to a per-job overlay, not to redb. Reads look at the overlay
+//! first and then at the batch's transaction, which already holds the writes of the earlier
+//! jobs of the batch that succeeded. The writer copies the overlay into the transaction only if
+//! the job returns `Ok`; on `Err` or panic the overlay is dropped, so a failed job leaves no
+//! trace, and the jobs after it never see its writes.
+//!
+//! (redb's ephemeral savepoints cannot do this: `WriteTransaction::ephemeral_savepoint` fails
+//! once any table has been opened in the transaction, i.e. after the batch's first job.)
+
+use std::cmp::Ordering;
+use std::collections::btree_map;
+use std::collections::BTreeMap;
+use std::ops::RangeBounds;
+
+use redb::ReadableTable;
+
+use crate::read::{Entry, ReadRange};
+use crate::tables::{self, KeyBounds, Table, TABLE_COUNT};
+use crate::StorageError;
+
+type RawTable<'txn> = redb::Table<'txn, &'static [u8], &'static [u8]>;
+
+/// Runs on the writer thread after the batch commits, before any waiter is told.
+pub(crate) type Hook = Box<dyn FnOnce()>;
+
+/// The batch's tables, opened once per batch in the redb write transaction.
+pub(crate) struct BaseTables<'txn> {
+    tables: Vec<RawTable<'txn>>,
+}
+
+impl<'txn> BaseTables<'txn> {
+    pub(crate) fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, StorageError> {
+        let tables = Table::ALL
+            .iter()
+            .map(|t| txn.open_table(t.definition()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(BaseTables { tables })
+    }
+
+    fn get(&self, table: Table) -> &RawTable<'txn> {
+        &self.tables[table.index()]
+    }
+
+    /// Copies a successful job's writes into the transaction. An error here leaves the
+    /// transaction half-applied, so the caller must abort the whole batch.
+    pub(crate) fn apply(&mut self, overlay: Overlay) -> Result<(), StorageError> {
+        for (raw, map) in self.tables.iter_mut().zip(overlay.maps) {
+            for (key, value) in map {
+                match value {
+                    Some(value) => drop(raw.insert(key.as_slice(), value.as_slice())?),
+                    None => drop(raw.remove(key.as_slice())?),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One job's pending writes: per table, key -> `Some(value)` for a put, `None` for a delete.
+#[derive(Default)]
+pub(crate) struct Overlay {
+    maps: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; TABLE_COUNT],
+}
+
+/// The write side of one job: reads see the batch so far plus this job's own writes; writes
+/// are buffered and applied only if the job succeeds.
+///
+/// Memory: the overlay holds everything the job writes until it returns, so a job's size is
+/// bounded by what the caller puts in it (the database layer's document and transaction limits).
+pub struct WriteTxn<'a> {
+    base: &'a BaseTables<'a>,
+    overlay: Overlay,
+    hooks: Vec<Hook>,
+}
+
+impl<'a> WriteTxn<'a> {
+    pub(crate) fn new(base: &'a BaseTables<'a>) -> Self {
+        WriteTxn {
+            base,
+            overlay: Overlay::default(),
+            hooks: Vec::new(),
+        }
+    }
+
+    pub(crate) fn into_parts(self) -> (Overlay, Vec<Hook>) {
+        (self.overlay, self.hooks)
+    }
+
+    /// The value under `key` as this job would leave it.
+    pub fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        if let Some(pending) = self.overlay.maps[table.index()].get(key) {
+            return Ok(pending.clone());
+        }
+        let found = self.base.get(table).get(key)?;
+        Ok(found.map(|guard| guard.value().to_vec()))
+    }
+
+    /// A counter stored with [`encode_u64`](crate::encode_u64).
+    pub fn get_u64(&self, table: Table, key: &[u8]) -> Result<Option<u64>, StorageError> {
+        self.get(table, key)?
+            .map(|bytes| tables::decode_u64(&bytes))
+            .transpose()
+    }
+
+    /// Sets `key` to `value`. Fails only if the entry exceeds
+    /// [`ENTRY_BYTES_MAX`](crate::ENTRY_BYTES_MAX).
+    pub fn put(
+        &mut self,
+        table: Table,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<(), StorageError> {
+        let (key, value) = (key.into(), value.into());
+        tables::check_entry(&key, &value)?;
+        self.overlay.maps[table.index()].insert(key, Some(value));
+        Ok(())
+    }
+
+    /// Stores a counter with [`encode_u64`](crate::encode_u64).
+    pub fn put_u64(
+        &mut self,
+        table: Table,
+        key: impl Into<Vec<u8>>,
+        n: u64,
+    ) -> Result<(), StorageError> {
+        self.put(table, key, tables::encode_u64(n))
+    }
+
+    /// Removes `key` (a no-op if it is absent).
+    pub fn delete(&mut self, table: Table, key: impl Into<Vec<u8>>) {
+        self.overlay.maps[table.index()].insert(key.into(), None);
+    }
+
+    /// The entries in `range` as this job would leave them, lazily, in key order.
+    ///
+    /// The iterator borrows the `WriteTxn`, so writing while scanning does not compile:
+    /// collect the keys to change first, then write.
+    pub fn range<K: AsRef<[u8]>>(
+        &self,
+        table: Table,
+        range: impl RangeBounds<K>,
+    ) -> Result<WriteRange<'_>, StorageError> {
+        self.merged(table, tables::key_bounds(&range))
+    }
+
+    /// The entries whose keys start with `prefix`, as this job would leave them.
+    pub fn prefix(&self, table: Table, prefix: &[u8]) -> Result<WriteRange<'_>, StorageError> {
+        let owned = tables::prefix_bounds(prefix);
+        self.merged(table, tables::borrow_bounds(&owned))
+    }
+
+    fn merged(&self, table: Table, bounds: KeyBounds<'_>) -> Result<WriteRange<'_>, StorageError> {
+        let base = ReadRange::over(self.base.get(table), bounds)?;
+        let map = &self.overlay.maps[table.index()];
+        let overlay = if tables::is_empty_range(&bounds) {
+            btree_map::Range::default()
+        } else {
+            map.range::<[u8], _>(bounds)
+        };
+        Ok(WriteRange {
+            base: Ends::new(base),
+            overlay: Ends::new(overlay),
+            failed: false,
+        })
+    }
+
+    /// Runs `hook` on the writer thread once this job's batch has committed and before any
+    /// waiter of the batch is resolved; hooks run in job order. Dropped if the job fails or the
+    /// batch does not commit. A hook must not block: it holds up every later commit (hand work
+    /// to a bounded queue with `try_send`).
+    pub fn on_commit(&mut self, hook: impl FnOnce() + 'static) {
+        self.hooks.push(Box::new(hook));
+    }
+}
+
+/// A job's view of a key range: the batch's entries merged with the job's pending writes
+/// (pending puts win, pending deletes hide). Lazy and double-ended.
+pub struct WriteRange<'a> {
+    base: Ends<ReadRange<'a>>,
+    overlay: Ends<btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>>,
+    // Set after yielding an error; nothing follows it.
+    failed: bool,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Front,
+    Back,
+}
+
+enum Pick {
+    Base,
+    Overlay,
+    // Same key in both: the overlay's pending write replaces the batch's entry.
+    Both,
+}
+
+impl WriteRange<'_> {
+    fn step(&mut self, side: Side) -> Option<Result<Entry, StorageError>> {
+        loop {
+            if self.failed {
+                return None;
+            }
+            let pick = match (self.base.peek(side), self.overlay.peek(side)) {
+                (None, None) => return None,
+                (Some(Err(_)), _) => Pick::Base,
+                (Some(Ok((base_key, _))), Some((overlay_key, _))) => {
+                    let ord = base_key.as_slice().cmp(overlay_key.as_slice());
+                    let ord = if side == Side::Back {
+                        ord.reverse()
+                    } else {
+                        ord
+                    };
+                    match ord {
+                        Ordering::Less => Pick::Base,
+                        Ordering::Greater => Pick::Overlay,
+                        Ordering::Equal => Pick::Both,
+                    }
+                }
+                (Some(Ok(_)), None) => Pick::Base,
+                (None, Some(_)) => Pick::Overlay,
+            };
+            if let Pick::Base = pick {
+                let item = self.base.take(side)?;
+                self.failed = item.is_err();
+                return Some(item);
+            }
+            if let Pick::Both = pick {
+                self.base.take(side);
+            }
+            if let Some((key, Some(value))) = self.overlay.take(side) {
+                return Some(Ok((key.clone(), value.clone())));
+            }
+            // A pending delete: skip it (and the entry it hid, if any).
+        }
+    }
+}
+
+impl Iterator for WriteRange<'_> {
+    type Item = Result<Entry, StorageError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.step(Side::Front)
+    }
+}
+
+impl DoubleEndedIterator for WriteRange<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.step(Side::Back)
+    }
+}
+
+/// A double-ended iterator that can peek at either end. An item is buffered at one end at a
+/// time; when the middle runs dry, the other end's buffered item is the last one left.
+struct Ends<I: DoubleEndedIterator> {
+    iter: I,
+    front: Option<I::Item>,
+    back: Option<I::Item>,
+}
+
+impl<I: DoubleEndedIterator> Ends<I> {
+    fn new(iter: I) -> Self {
+        Ends {
+            iter,
+            front: None,
+            back: None,
+        }
+    }
+
+    fn peek(&mut self, side: Side) -> Option<&I::Item> {
+        match side {
+            Side::Front => {
+                if self.front.is_none() {
+                    self.front = self.iter.next().or_else(|| self.back.take());
+                }
+                self.front.as_ref()
+            }
+            Side::Back => {
+                if self.back.is_none() {
+                    self.back = self.iter.next_back().or_else(|| self.front.take());
+                }
+                self.back.as_ref()
+            }
+        }
+    }
+
+    fn take(&mut self, side: Side) -> Option<I::Item> {
+        self.peek(side);
+        match side {
+            Side::Front => self.front.take(),
+            Side::Back => self.back.take(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::ops::Bound;
+
+    use proptest::prelude::*;
+
+    use crate::{Entry, StorageError, Store, StoreOptions, Table, WriteTxn};
+
+    type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+    fn run<T: Send + 'static>(
+        store: &Store,
+        job: impl FnOnce(&mut WriteTxn<'_>) -> Result<T, StorageError> + Send + 'static,
+    ) -> T {
+        store.submit(job).unwrap().wait().unwrap()
+    }
+
+    #[test]
+    fn a_job_reads_its_own_writes_over_the_batch() {
+        let store = Store::in_memory(StoreOptions::default()).unwrap();
+        run(&store, |txn| {
+            txn.put(Table::Docs, b"a", b"1")?;
+            txn.put(Table::Docs, b"b", b"2")?;
+            txn.put(Table::Docs, b"c", b"3")
+        });
+        let seen = run(&store, |txn| {
+            txn.put(Table::Docs, b"b", b"two")?;
+            txn.delete(Table::Docs, b"c");
+            txn.put(Table::Docs, b"d", b"4")?;
+            txn.put_u64(Table::Meta, b"seq", 7)?;
+            let got = (txn.get(Table::Docs, b"b")?, txn.get(Table::Docs, b"c")?);
+            let all: Vec<Entry> = txn
+                .range::<&[u8]>(Table::Docs, ..)?
+                .collect::<Result<_, _>>()?;
+            Ok((got, all, txn.get_u64(Table::Meta, b"seq")?))
+        });
+        assert_eq!(seen.0, (Some(b"two".to_vec()), None));
+        let keys: Vec<_> = seen
+            .1
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+            .collect();
+        assert_eq!(keys, [(&b"a"[..], &b"1"[..]), (b"b", b"two"), (b"d", b"4")]);
+        assert_eq!(seen.2, Some(7));
+    }
+
+    #[test]
+    fn oversized_entries_fail_at_put() {
+        let store = Store::in_memory(StoreOptions::default()).unwrap();
+        let err = store
+            .submit(|txn| {
+                let big = vec![0u8; crate::ENTRY_BYTES_MAX];
+                txn.put(Table::Docs, b"k", big)
+            })
+            .unwrap()
+            .wait()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "entry of 1073741825 bytes exceeds the limit of 1073741824 bytes"
+        );
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(u8, u8),
+        Delete(u8),
+    }
+
+    /// Keys from a small alphabet (including 0x00 and 0xFF) so puts, deletes and bounds collide.
+    fn key() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(prop::sample::select(vec![0u8, 1, 2, 0x7f, 0xff]), 0..3)
+    }
+
+    fn bound() -> impl Strategy<Value = Bound<Vec<u8>>> {
+        prop_oneof![
+            Just(Bound::Unbounded),
+            key().prop_map(Bound::Included),
+            key().prop_map(Bound::Excluded),
+        ]
+    }
+
+    fn cases() -> u32 {
+        std::env::var("HERALD_PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(128)
+    }
+
+    /// Reads `iter` taking from the front where `pattern` says true and from the back otherwise,
+    /// so that the two ends meet in the middle.
+    fn drain<I>(mut iter: I, pattern: &[bool]) -> Result<Vec<Vec<u8>>, StorageError>
+    where
+        I: DoubleEndedIterator<Item = Result<Entry, StorageError>>,
+    {
+        let (mut front, mut back) = (Vec::new(), Vec::new());
+        for &from_front in pattern.iter().cycle() {
+            let next = if from_front {
+                iter.next()
+            } else {
+                iter.next_back()
+            };
+            match next {
+                Some(entry) => {
+                    let (k, v) = entry?;
+                    let mut item = k;
+                    item.extend_from_slice(b"=");
+                    item.extend_from_slice(&v);
+                    if from_front {
+                        front.push(item)
+                    } else {
+                        back.push(item)
+                    }
+                }
+                None => break,
+            }
+        }
+        back.reverse();
+        front.extend(back);
+        Ok(front)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+        /// `WriteTxn::range` agrees with a BTreeMap model of "batch so far + this job's writes",
+        /// read from either end or both.
+        #[test]
+        fn merged_range_matches_model(
+            committed in prop::collection::btree_map(key(), any::<u8>(), 0..12),
+            ops in prop::collection::vec(prop_oneof![
+                (any::<u8>(), any::<u8>()).prop_map(|(k, v)| Op::Put(k % 8, v)),
+                any::<u8>().prop_map(|k| Op::Delete(k % 8)),
+            ], 0..12),
+            start in bound(),
+            end in bound(),
+            pattern in prop::collection::vec(any::<bool>(), 1..4),
+        ) {
+            let store = Store::in_memory(StoreOptions::default()).unwrap();
+            let mut model: Model = committed.iter().map(|(k, v)| (k.clone(), vec![*v])).collect();
+            let first = model.clone();
+            run(&store, move |txn| {
+                for (k, v) in first {
+                    txn.put(Table::Index, k, v)?;
+                }
+                Ok(())
+            });
+            // Ops address keys drawn from the committed ones and a few fresh ones.
+            let mut universe: Vec<Vec<u8>> = committed.keys().cloned().collect();
+            universe.extend([vec![], vec![1], vec![0xff, 0xff], vec![2, 0]]);
+            let ops: Vec<(Vec<u8>, Option<u8>)> = ops.iter().map(|op| match op {
+                Op::Put(k, v) => (universe[*k as usize % universe.len()].clone(), Some(*v)),
+                Op::Delete(k) => (universe[*k as usize % universe.len()].clone(), None),
+            }).collect();
+            for (k, v) in &ops {
+                match v {
+                    Some(v) => model.insert(k.clone(), vec![*v]),
+                    None => model.remove(k),
+                };
+            }
+            let bounds = (start.clone(), end.clone());
+            let pattern_job = pattern.clone();
+            let got = run(&store, move |txn| {
+                for (k, v) in ops {
+                    match v {
+                        Some(v) => txn.put(Table::Index, k, [v])?,
+                        None => txn.delete(Table::Index, k),
+                    }
+                }
+                drain(txn.range(Table::Index, bounds)?, &pattern_job)
+            });
+            let empty = crate::tables::is_empty_range(&crate::tables::key_bounds(&(start.clone(), end.clone())));
+            let expected: Vec<Vec<u8>> = if empty {
+                Vec::new()
+            } else {
+                model.range((start, end)).map(|(k, v)| [k.as_slice(), b"=", v].concat()).collect()
+            };
+            prop_assert_eq!(got, expected);
+        }
+    }
+}
