@@ -131,6 +131,11 @@ impl Db {
         Ok(db)
     }
 
+    /// Counters of the storage writer (commits, jobs, last batch size).
+    pub fn storage_metrics(&self) -> herald_storage::MetricsSnapshot {
+        self.inner.store.metrics()
+    }
+
     /// The last committed seq.
     pub fn seq(&self) -> u64 {
         self.inner.seq.load(Ordering::Acquire)

@@ -151,7 +151,15 @@ fn composite(
             false
         });
         if vals.is_empty() {
-            return Ok(()); // documents missing a field are not in the composite index
+            // A missing field (or one without scalars) is indexed as null, as in MongoDB, so a
+            // query that constrains only leading fields still finds the document.
+            let mut e = Vec::new();
+            if field.direction == Direction::Asc {
+                encode_key(&Value::Null, &mut e);
+            } else {
+                encode_key_desc(&Value::Null, &mut e);
+            }
+            vals.insert(e);
         }
         per_field.push(vals.into_iter().collect());
     }
@@ -199,6 +207,33 @@ mod tests {
         assert!(e.array_paths.contains("tags"));
         assert!(e.array_paths.contains("items.sku"));
         assert!(!e.array_paths.contains("a"));
+    }
+
+    #[test]
+    fn composite_indexes_a_missing_field_as_null() {
+        use crate::catalog::{IndexField, IndexState};
+        let field = |path: &str, direction| IndexField {
+            path: path.into(),
+            direction,
+        };
+        let mut cat = CollectionCatalog::default();
+        cat.composites.push(CompositeIndex {
+            name: "gnt".into(),
+            fields: vec![
+                field("g", Direction::Asc),
+                field("n", Direction::Asc),
+                field("t", Direction::Desc),
+            ],
+            state: IndexState::Ready,
+        });
+        let prefix = index_prefix("c", &composite_index_name("gnt"));
+        for doc in [
+            json!({"_id": "x", "g": "a", "n": 1}),
+            json!({"_id": "x", "n": 1, "t": {"o": 1}}),
+        ] {
+            let keys = entries("c", "x", &doc, Some(&cat)).unwrap().keys;
+            assert_eq!(keys.iter().filter(|k| k.starts_with(&prefix)).count(), 1);
+        }
     }
 
     #[test]

@@ -13,7 +13,6 @@ pub const ERROR_CODES: &[(&str, u16, &str)] = &[
     ("bad_json", 400, "the body is not valid JSON"),
     ("bad_request", 400, "the request is malformed (wrong member types, missing members)"),
     ("body_too_large", 413, "the request body is over the endpoint's limit"),
-    ("unsupported_media_type", 415, "the body must be application/json (or NDJSON for /v1/bulk)"),
     ("route_not_found", 404, "no such endpoint"),
     ("method_not_allowed", 405, "the endpoint does not accept this method"),
     // Paths and documents

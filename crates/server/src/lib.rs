@@ -6,6 +6,7 @@
 //! closes the file.
 
 pub mod api;
+pub mod bench;
 pub mod state;
 
 use herald_db::{Db, DbOptions};

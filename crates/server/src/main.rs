@@ -7,6 +7,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// mimalloc: the write path allocates many small buffers; it measured ~10% faster than glibc.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "herald",
@@ -27,7 +31,29 @@ enum DurabilityArg {
 }
 
 #[derive(Subcommand)]
+enum BenchCommand {
+    /// Durable inserts, point reads and an indexed range query through the HTTP API.
+    Http {
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        #[arg(long, default_value_t = 10)]
+        insert_secs: u64,
+        #[arg(long, default_value_t = 5)]
+        read_secs: u64,
+        #[arg(long, default_value_t = 1_000_000)]
+        range_docs: usize,
+        #[arg(long, default_value_t = 5)]
+        range_secs: u64,
+        #[arg(long, default_value = "target/bench-results/http.json")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
+    /// Run a benchmark (prints a table, writes JSON).
+    #[command(subcommand)]
+    Bench(BenchCommand),
     /// Start the server with the embedded store.
     Serve {
         /// Data directory.
@@ -55,6 +81,31 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     match cli.command {
+        Command::Bench(BenchCommand::Http {
+            clients,
+            insert_secs,
+            read_secs,
+            range_docs,
+            range_secs,
+            out,
+        }) => {
+            let opts = herald::bench::HttpBenchOptions {
+                clients,
+                insert_secs,
+                read_secs,
+                range_docs,
+                range_secs,
+                out,
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            if let Err(e) = runtime.block_on(herald::bench::run(opts)) {
+                eprintln!("herald bench: {e}");
+                std::process::exit(1);
+            }
+        }
         Command::Serve {
             data,
             listen,

@@ -18,8 +18,23 @@ pub async fn read_bytes(body: Body, limit: usize) -> ApiResult<axum::body::Bytes
 /// Reads and parses a JSON body.
 pub async fn read_json(body: Body, limit: usize) -> ApiResult<Value> {
     let bytes = read_bytes(body, limit).await?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::new("bad_json", format!("the body is not valid JSON: {e}")))
+    parse_json(&bytes, "the body")
+}
+
+/// Parses JSON; `what` names it in the message ("the body", "line"). Valid JSON that nests
+/// deeper than the parser's recursion limit (128, twice the document limit) is
+/// `document_too_deep`, as a shallower too-deep document is, rather than `bad_json`.
+pub fn parse_json(bytes: &[u8], what: &str) -> ApiResult<Value> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        if e.to_string().starts_with("recursion limit exceeded") {
+            ApiError::new(
+                "document_too_deep",
+                format!("{what} nests deeper than the document limit: {e}"),
+            )
+        } else {
+            ApiError::new("bad_json", format!("{what} is not valid JSON: {e}"))
+        }
+    })
 }
 
 /// Reads a JSON body that must be an object.

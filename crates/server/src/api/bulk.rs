@@ -6,6 +6,7 @@
 //! the body until commits complete, which slows the client (TCP backpressure) instead of growing
 //! server memory.
 
+use crate::api::body::parse_json;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::writes::parse_write;
 use crate::state::AppState;
@@ -36,9 +37,15 @@ struct Tally {
 impl Tally {
     fn fail(&mut self, line: u64, code: &str, message: &str) {
         self.failed += 1;
-        if self.errors.len() < BULK_ERRORS_REPORTED_MAX {
+        // Lines fail out of order (parse errors at once, commit errors when they settle), so
+        // insert by line number: the response holds the first errors, in line order.
+        let at = self
+            .errors
+            .partition_point(|e| e["line"].as_u64().is_some_and(|l| l < line));
+        if at < BULK_ERRORS_REPORTED_MAX {
             self.errors
-                .push(json!({"line": line, "code": code, "message": message}));
+                .insert(at, json!({"line": line, "code": code, "message": message}));
+            self.errors.truncate(BULK_ERRORS_REPORTED_MAX);
         }
     }
 }
@@ -65,9 +72,7 @@ async fn submit_line(
     line_no: u64,
     line: &[u8],
 ) {
-    let parsed = serde_json::from_slice::<Value>(line)
-        .map_err(|e| ApiError::new("bad_json", format!("line is not valid JSON: {e}")))
-        .and_then(parse_write);
+    let parsed = parse_json(line, "line").and_then(parse_write);
     let w = match parsed {
         Ok(w) => w,
         Err(e) => return t.fail(line_no, e.code, &e.message),
@@ -116,6 +121,17 @@ pub async fn bulk(State(st): State<AppState>, body: Body) -> ApiResult<Json<Valu
             rest = &tail[1..];
             if skipping {
                 skipping = false;
+                continue;
+            }
+            if buf.len() + head.len() > BULK_LINE_BYTES_MAX {
+                // An over-long line whose end came in the same chunk as its newline.
+                buf.clear();
+                t.lines += 1;
+                t.fail(
+                    t.lines,
+                    "body_too_large",
+                    &format!("line is over {BULK_LINE_BYTES_MAX} bytes"),
+                );
                 continue;
             }
             buf.extend_from_slice(head);

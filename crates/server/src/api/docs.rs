@@ -4,14 +4,15 @@
 
 use crate::api::body::read_json;
 use crate::api::error::{ApiError, ApiResult};
+use crate::api::writes::parse_update;
 use crate::state::AppState;
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query as UrlQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use herald_db::{split_document_path, CommitOutcome, Write};
-use herald_query::Update;
 use serde_json::json;
 use std::collections::HashMap;
 
@@ -35,10 +36,11 @@ pub async fn commit_one(state: &AppState, w: Write) -> ApiResult<CommitOutcome> 
 
 pub async fn put(
     State(st): State<AppState>,
-    Path(path): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
+    let Path(path) = path?;
     let (collection, id) = split_document_path(&path)?;
     let doc = read_json(body, st.doc_body_limit()).await?;
     let w = Write::Put {
@@ -54,9 +56,10 @@ pub async fn put(
 
 pub async fn insert(
     State(st): State<AppState>,
-    Path(collection): Path<String>,
+    collection: Result<Path<String>, PathRejection>,
     body: Body,
 ) -> ApiResult<Response> {
+    let Path(collection) = collection?;
     let doc = read_json(body, st.doc_body_limit()).await?;
     herald_db::check_collection(&collection)?;
     let w = Write::Insert {
@@ -73,7 +76,11 @@ pub async fn insert(
         .into_response())
 }
 
-pub async fn get(State(st): State<AppState>, Path(path): Path<String>) -> ApiResult<Response> {
+pub async fn get(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<Response> {
+    let Path(path) = path?;
     let (collection, id) = split_document_path(&path)?;
     let (c, i) = (collection.to_string(), id.to_string());
     let db = st.db.clone();
@@ -97,11 +104,12 @@ pub async fn get(State(st): State<AppState>, Path(path): Path<String>) -> ApiRes
 
 pub async fn patch(
     State(st): State<AppState>,
-    Path(path): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
+    let Path(path) = path?;
     let (collection, id) = split_document_path(&path)?;
     let upsert = match params.get("upsert").map(String::as_str) {
         None | Some("false") => false,
@@ -114,13 +122,7 @@ pub async fn patch(
         }
     };
     let spec = read_json(body, st.doc_body_limit()).await?;
-    let update = Update::parse(&spec).map_err(|e| ApiError::new(e.code(), e.to_string()))?;
-    if update.is_replacement() && spec.as_object().is_some_and(|m| m.is_empty()) {
-        return Err(ApiError::new(
-            "bad_update",
-            "an empty update does nothing; use PUT to replace a document",
-        ));
-    }
+    let update = parse_update(&spec)?;
     let w = Write::Update {
         collection: collection.into(),
         id: id.into(),
@@ -135,9 +137,10 @@ pub async fn patch(
 
 pub async fn delete(
     State(st): State<AppState>,
-    Path(path): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
+    let Path(path) = path?;
     let (collection, id) = split_document_path(&path)?;
     let w = Write::Delete {
         collection: collection.into(),

@@ -1,6 +1,7 @@
 //! `ApiError`: every failure of an endpoint, rendered as `{"error":{"code","message"}}` with the
 //! status from the protocol crate's table. The one place library errors meet HTTP.
 
+use axum::extract::rejection::PathRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -55,6 +56,14 @@ impl From<DbError> for ApiError {
 impl<E: Into<DbError>> From<herald_db::WriteFailure<E>> for ApiError {
     fn from(e: herald_db::WriteFailure<E>) -> ApiError {
         DbError::from(e).into()
+    }
+}
+
+/// A path capture that does not decode (e.g. `%FF`, which is not UTF-8) is `bad_path` JSON, not
+/// axum's plain-text rejection.
+impl From<PathRejection> for ApiError {
+    fn from(e: PathRejection) -> ApiError {
+        ApiError::new("bad_path", format!("bad path: {e}"))
     }
 }
 

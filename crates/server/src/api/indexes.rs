@@ -6,6 +6,7 @@ use crate::api::body::read_object;
 use crate::api::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query as UrlQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -86,9 +87,10 @@ pub async fn list(
 
 pub async fn drop(
     State(st): State<AppState>,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
+    let Path(name) = name?;
     let collection = collection_param(&params)?;
     let db = st.db.clone();
     blocking(move || db.drop_index(&collection, &name)).await?;

@@ -27,7 +27,7 @@ pub async fn query(State(st): State<AppState>, body: Body) -> ApiResult<Json<Val
     let m = read_object(body, QUERY_BODY_BYTES_MAX).await?;
     if let Some(k) = m.keys().find(|k| !MEMBERS.contains(&k.as_str())) {
         return Err(ApiError::new(
-            "bad_request",
+            "bad_query",
             format!("unknown query member '{k}'"),
         ));
     }

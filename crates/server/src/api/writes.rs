@@ -46,6 +46,19 @@ pub fn if_version(v: Option<&Value>) -> ApiResult<Option<u64>> {
     }
 }
 
+/// Parses an update spec (PATCH bodies and commit `update` members alike). An empty object is
+/// refused rather than taken as a replacement that would empty the document.
+pub fn parse_update(spec: &Value) -> ApiResult<Update> {
+    let update = Update::parse(spec).map_err(|e| ApiError::new(e.code(), e.to_string()))?;
+    if update.is_replacement() && spec.as_object().is_some_and(|m| m.is_empty()) {
+        return Err(ApiError::new(
+            "bad_update",
+            "an empty update does nothing; use PUT to replace a document",
+        ));
+    }
+    Ok(update)
+}
+
 /// Parses one wire write.
 pub fn parse_write(v: Value) -> ApiResult<Write> {
     let Value::Object(mut m) = v else {
@@ -98,7 +111,7 @@ pub fn parse_write(v: Value) -> ApiResult<Write> {
             let spec = m
                 .get("update")
                 .ok_or_else(|| bad("an update write needs 'update'".into()))?;
-            let update = Update::parse(spec).map_err(|e| ApiError::new(e.code(), e.to_string()))?;
+            let update = parse_update(spec)?;
             let upsert = match m.get("upsert") {
                 None | Some(Value::Null) => false,
                 Some(Value::Bool(b)) => *b,
