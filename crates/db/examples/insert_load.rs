@@ -22,6 +22,11 @@ fn main() {
     if std::env::var("EXEMPT_TEXT").is_ok() {
         db.set_exemptions("bench", vec!["text".into()]).unwrap();
     }
+    if std::env::var("EXEMPT_ALL").is_ok() {
+        let all = ["n", "name", "address", "tags", "score", "text"];
+        db.set_exemptions("bench", all.iter().map(|s| s.to_string()).collect())
+            .unwrap();
+    }
     let text = "x".repeat(700);
     let deadline = Instant::now() + Duration::from_secs(5);
     let start = Instant::now();
