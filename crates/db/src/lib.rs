@@ -16,6 +16,7 @@ mod error;
 mod exec;
 mod indexer;
 mod layout;
+pub mod live;
 mod names;
 mod planner;
 mod write;

@@ -1,0 +1,16 @@
+//! The incremental core of live queries: one maintained query result that absorbs committed
+//! changes and reports, per commit, the exact edit of the visible window.
+//!
+//! This module is pure (no IO): it is given changes and, when it runs out of known documents, asks
+//! a [`Refill`] for the top of the result at a given seq. The subscription registry, the change
+//! feed and the WebSocket/SSE protocol build on it.
+//!
+//! Invariant (checked by the model test in `tests/live_model.rs`): after every commit, applying
+//! the emitted events to the client's previous list yields exactly the pull query's result at that
+//! commit's seq.
+
+mod diff;
+mod view;
+
+pub use diff::{diff_windows, ChangeEvent, EventKind};
+pub use view::{LiveView, Refill, SLACK_DEFAULT};

@@ -1,0 +1,173 @@
+//! `LiveView`: a maintained prefix of one query's result, kept in result order.
+//!
+//! For a query with `limit`, the view keeps the `skip` offset items, the visible window and
+//! `slack` items beyond it (InvaliDB's scheme); documents further down are unknown. A change
+//! inside the known prefix is applied in place; a document sorting after the last known one is
+//! ignored (it is in the unknown region). When deletions or moves leave fewer known items than
+//! `skip + limit`, the view is refilled from the [`Refill`] at exactly the seq being applied.
+//! Without a limit the view holds the whole result and never refills.
+
+use crate::live::diff::{diff_windows, ChangeEvent};
+use herald_query::Query;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+
+/// Items kept beyond the visible window, so most deletions need no refill.
+pub const SLACK_DEFAULT: usize = 16;
+
+/// Supplies the first `n` documents of the query's result (unprojected, ignoring skip and
+/// limit) as of exactly `seq`.
+pub trait Refill {
+    fn top(&mut self, n: usize, seq: u64) -> Vec<Value>;
+}
+
+impl<F: FnMut(usize, u64) -> Vec<Value>> Refill for F {
+    fn top(&mut self, n: usize, seq: u64) -> Vec<Value> {
+        self(n, seq)
+    }
+}
+
+/// One document change of a commit: id, before-image, after-image.
+pub type DocChange<'a> = (&'a str, Option<&'a Value>, Option<&'a Value>);
+
+pub struct LiveView {
+    query: Query,
+    slack: usize,
+    /// The known prefix of the result: encoded sort key (ends with `_id`) -> document.
+    items: BTreeMap<Vec<u8>, Value>,
+    /// id -> its key in `items`.
+    keys: HashMap<String, Vec<u8>>,
+    /// True when `items` holds the entire result (nothing unknown beyond it).
+    complete: bool,
+    seq: u64,
+    refills: u64,
+}
+
+impl LiveView {
+    /// Builds the view from the first `capacity + 1` documents of the result at `seq` (all of
+    /// them for a query without limit), in result order.
+    pub fn new(query: Query, slack: usize, initial: Vec<Value>, seq: u64) -> LiveView {
+        let mut v = LiveView {
+            query,
+            slack,
+            items: BTreeMap::new(),
+            keys: HashMap::new(),
+            complete: true,
+            seq,
+            refills: 0,
+        };
+        v.load(initial);
+        v
+    }
+
+    /// How many documents the view asks for when it (re)fills: the capacity plus one, to learn
+    /// whether anything lies beyond. `None`: the whole result.
+    pub fn fetch_size(&self) -> Option<usize> {
+        self.capacity().map(|c| c + 1)
+    }
+
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    pub fn refills(&self) -> u64 {
+        self.refills
+    }
+
+    pub fn query(&self) -> &Query {
+        &self.query
+    }
+
+    fn capacity(&self) -> Option<usize> {
+        self.query.limit.map(|l| self.query.skip + l + self.slack)
+    }
+
+    fn load(&mut self, docs: Vec<Value>) {
+        self.items.clear();
+        self.keys.clear();
+        let cap = self.capacity().unwrap_or(usize::MAX);
+        self.complete = docs.len() <= cap;
+        for d in docs.into_iter().take(cap) {
+            self.insert(d);
+        }
+    }
+
+    fn insert(&mut self, doc: Value) {
+        let Some(id) = doc.get("_id").and_then(Value::as_str).map(str::to_string) else {
+            return;
+        };
+        let key = self.query.sort.encoded_key(&doc);
+        self.keys.insert(id, key.clone());
+        self.items.insert(key, doc);
+    }
+
+    /// The visible window, projected: what a subscriber's list holds.
+    pub fn window(&self) -> Vec<(String, Value)> {
+        let take = self.query.limit.unwrap_or(usize::MAX);
+        self.items
+            .values()
+            .skip(self.query.skip)
+            .take(take)
+            .map(|d| {
+                let id = d
+                    .get("_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let shown = if self.query.projection.is_all() {
+                    d.clone()
+                } else {
+                    self.query.projection.apply(d)
+                };
+                (id, shown)
+            })
+            .collect()
+    }
+
+    /// Applies the changes of one commit and returns the edits of the visible window.
+    pub fn apply(
+        &mut self,
+        seq: u64,
+        changes: &[DocChange<'_>],
+        refill: &mut dyn Refill,
+    ) -> Vec<ChangeEvent> {
+        let old = self.window();
+        for (id, _before, after) in changes {
+            if let Some(k) = self.keys.remove(*id) {
+                self.items.remove(&k);
+            }
+            let Some(after) = after else { continue };
+            if !self.query.filter.matches(after) {
+                continue;
+            }
+            let key = self.query.sort.encoded_key(after);
+            let known = self.complete
+                || self
+                    .items
+                    .last_key_value()
+                    .is_some_and(|(last, _)| key < *last);
+            if known {
+                self.keys.insert(id.to_string(), key.clone());
+                self.items.insert(key, (*after).clone());
+            }
+        }
+        if let Some(cap) = self.capacity() {
+            while self.items.len() > cap {
+                if let Some((_, d)) = self.items.pop_last() {
+                    if let Some(id) = d.get("_id").and_then(Value::as_str) {
+                        self.keys.remove(id);
+                    }
+                }
+                self.complete = false;
+            }
+            let needed = self.query.skip + self.query.limit.unwrap_or(0);
+            if !self.complete && self.items.len() < needed {
+                let docs = refill.top(cap + 1, seq);
+                self.refills += 1;
+                self.load(docs);
+            }
+        }
+        self.seq = seq;
+        diff_windows(&old, &self.window())
+    }
+}
