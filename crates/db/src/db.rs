@@ -71,6 +71,8 @@ pub struct Db {
 
 struct Inner {
     store: Store,
+    /// Committed transactions for the live-query engine, fed by the commit hook.
+    feed: crate::live::Feed,
     catalog: RwLock<Catalog>,
     /// The last committed seq, advanced by the writer after each commit.
     seq: AtomicU64,
@@ -115,6 +117,7 @@ impl Db {
         let db = Db {
             inner: Arc::new(Inner {
                 store,
+                feed: crate::live::Feed::new(seq),
                 catalog: RwLock::new(catalog),
                 seq: AtomicU64::new(seq),
                 settings: WriteSettings {
@@ -134,6 +137,33 @@ impl Db {
     /// Counters of the storage writer (commits, jobs, last batch size).
     pub fn storage_metrics(&self) -> herald_storage::MetricsSnapshot {
         self.inner.store.metrics()
+    }
+
+    /// The change feed (committed transactions in seq order).
+    pub fn feed(&self) -> &crate::live::Feed {
+        &self.inner.feed
+    }
+
+    /// The commits with seq in `(after, upto]`, from memory or else from the commit log.
+    /// `None` when the log no longer reaches back to `after + 1`.
+    pub fn commits_between(
+        &self,
+        after: u64,
+        upto: u64,
+    ) -> Result<Option<Vec<Arc<crate::live::Commit>>>, DbError> {
+        if let Some(c) = self.inner.feed.from_ring(after, upto) {
+            return Ok(Some(c));
+        }
+        let records = self.log_range(after + 1, upto)?;
+        let commits: Vec<Arc<crate::live::Commit>> = records
+            .iter()
+            .filter_map(crate::live::commit_from_log)
+            .map(Arc::new)
+            .collect();
+        // Seqs are gap-free, so the log reaches back exactly when every seq is there.
+        let complete = commits.len() as u64 == upto - after
+            && commits.first().is_some_and(|c| c.seq == after + 1);
+        Ok(complete.then_some(commits))
     }
 
     /// The last committed seq.
@@ -171,8 +201,13 @@ impl Db {
             let outcome = apply(txn, &writes, &inner.catalog, &inner.settings, now_ms())?;
             let seq = outcome.seq;
             let db = Arc::clone(&inner);
+            // Hooks run in commit order on the writer thread, so the feed sees seqs in order.
+            let changes = (!outcome.changes.is_empty()).then(|| outcome.changes.clone());
             txn.on_commit(move || {
                 db.seq.fetch_max(seq, Ordering::AcqRel);
+                if let Some(changes) = changes {
+                    db.feed.publish(crate::live::Commit { seq, changes });
+                }
             });
             Ok(outcome)
         };

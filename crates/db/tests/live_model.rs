@@ -141,8 +141,8 @@ proptest! {
             }
             let refs: Vec<(&str, Option<&Value>, Option<&Value>)> = changes.iter().map(|(i, b, a)| (i.as_str(), b.as_ref(), a.as_ref())).collect();
             let snapshot = store.clone();
-            let mut refill = |k: usize, s: u64| { assert_eq!(s, seq, "refills read at the seq being applied"); top(&snapshot, k) };
-            for e in view.apply(seq, &refs, &mut refill) {
+            let mut refill = |k: usize, s: u64| { assert_eq!(s, seq, "refills read at the seq being applied"); Ok(top(&snapshot, k)) };
+            for e in view.apply(seq, &refs, &mut refill).unwrap() {
                 e.apply(&mut client);
             }
             let want = expected(&q, &store);

@@ -10,7 +10,11 @@
 //! commit's seq.
 
 mod diff;
+pub mod engine;
+mod feed;
 mod view;
 
 pub use diff::{diff_windows, ChangeEvent, EventKind};
-pub use view::{LiveView, Refill, SLACK_DEFAULT};
+pub use engine::{LiveEngine, Sink, SubscribeRequest, SUBSCRIBERS_PER_VIEW_MAX};
+pub use feed::{commit_from_log, Commit, Feed, FEED_RING_MAX};
+pub use view::{DocChange, LiveView, Refill, SLACK_DEFAULT};

@@ -18,11 +18,11 @@ pub const SLACK_DEFAULT: usize = 16;
 /// Supplies the first `n` documents of the query's result (unprojected, ignoring skip and
 /// limit) as of exactly `seq`.
 pub trait Refill {
-    fn top(&mut self, n: usize, seq: u64) -> Vec<Value>;
+    fn top(&mut self, n: usize, seq: u64) -> Result<Vec<Value>, crate::DbError>;
 }
 
-impl<F: FnMut(usize, u64) -> Vec<Value>> Refill for F {
-    fn top(&mut self, n: usize, seq: u64) -> Vec<Value> {
+impl<F: FnMut(usize, u64) -> Result<Vec<Value>, crate::DbError>> Refill for F {
+    fn top(&mut self, n: usize, seq: u64) -> Result<Vec<Value>, crate::DbError> {
         self(n, seq)
     }
 }
@@ -130,7 +130,7 @@ impl LiveView {
         seq: u64,
         changes: &[DocChange<'_>],
         refill: &mut dyn Refill,
-    ) -> Vec<ChangeEvent> {
+    ) -> Result<Vec<ChangeEvent>, crate::DbError> {
         let old = self.window();
         for (id, _before, after) in changes {
             if let Some(k) = self.keys.remove(*id) {
@@ -162,12 +162,12 @@ impl LiveView {
             }
             let needed = self.query.skip + self.query.limit.unwrap_or(0);
             if !self.complete && self.items.len() < needed {
-                let docs = refill.top(cap + 1, seq);
+                let docs = refill.top(cap + 1, seq)?;
                 self.refills += 1;
                 self.load(docs);
             }
         }
         self.seq = seq;
-        diff_windows(&old, &self.window())
+        Ok(diff_windows(&old, &self.window()))
     }
 }

@@ -1,0 +1,510 @@
+//! The live-query engine: one thread that follows the change feed in seq order, keeps one
+//! [`LiveView`] per distinct query (shared by all its subscribers), and sends every subscriber
+//! its initial result and then, per commit, the edits of its window.
+//!
+//! Guarantees:
+//! - **No write missed or doubled.** A new subscription's initial result is read from the newest
+//!   snapshot and then rewound with the commits' before-images to exactly the engine's seq
+//!   (`top_at`), so every later commit is applied once, in order.
+//! - **One connection, one order.** The engine handles commits one at a time and sends to each
+//!   subscriber in that order, so all subscriptions of a connection (one sink) advance together.
+//! - **Bounded.** Sinks are bounded queues; a sink that refuses a message (full or closed) loses
+//!   every subscription at once and the server closes the connection with a reason, so the client
+//!   resumes. Requests wait in a bounded queue.
+//! - **Resume.** `resume_from` replays the missed commits from the feed or the commit log; when
+//!   the log no longer reaches back, the subscriber gets `reset` and a fresh `initial`.
+
+use crate::db::Db;
+use crate::error::DbError;
+use crate::live::diff::ChangeEvent;
+use crate::live::feed::Commit;
+use crate::live::view::{DocChange, LiveView, SLACK_DEFAULT};
+use herald_query::{Projection, Query};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Subscribers of one shared view.
+pub const SUBSCRIBERS_PER_VIEW_MAX: usize = 100_000;
+/// Subscribe/unsubscribe requests waiting for the engine thread.
+pub const REQUESTS_MAX: usize = 65_536;
+
+/// Where a subscriber's messages go: a bounded queue owned by its connection.
+pub trait Sink: Send + Sync {
+    /// Queues one message; `false` when the queue is full or closed.
+    fn send(&self, msg: Value) -> bool;
+    /// The connection this sink belongs to.
+    fn conn(&self) -> u64;
+}
+
+pub struct SubscribeRequest {
+    /// The client's id for the subscription, unique within its connection.
+    pub sub: String,
+    pub collection: String,
+    pub query: Query,
+    /// Identity for sharing: equal keys share one maintained view.
+    pub key: String,
+    pub resume_from: Option<u64>,
+    pub sink: Arc<dyn Sink>,
+}
+
+enum Request {
+    Subscribe(Box<SubscribeRequest>),
+    Unsubscribe { conn: u64, sub: String },
+    Disconnect { conn: u64 },
+}
+
+struct Subscriber {
+    sub: String,
+    sink: Arc<dyn Sink>,
+}
+
+struct View {
+    collection: String,
+    live: LiveView,
+    subs: Vec<Subscriber>,
+}
+
+struct Shared {
+    db: Db,
+    requests: Mutex<VecDeque<Request>>,
+    stop: AtomicBool,
+    seq: AtomicU64,
+    /// Requests accepted and requests handled, so callers can wait for quiescence.
+    submitted: AtomicU64,
+    handled: AtomicU64,
+}
+
+/// Handle to the engine thread; dropping the last handle does not stop it, `stop` does.
+#[derive(Clone)]
+pub struct LiveEngine {
+    shared: Arc<Shared>,
+}
+
+impl LiveEngine {
+    pub fn start(db: Db) -> LiveEngine {
+        let seq = db.seq();
+        let shared = Arc::new(Shared {
+            db,
+            requests: Mutex::new(VecDeque::new()),
+            stop: AtomicBool::new(false),
+            seq: AtomicU64::new(seq),
+            submitted: AtomicU64::new(0),
+            handled: AtomicU64::new(0),
+        });
+        let s = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("herald-live".into())
+            .spawn(move || {
+                Engine {
+                    shared: s,
+                    views: HashMap::new(),
+                    seq,
+                }
+                .run()
+            })
+            .expect("spawn live engine");
+        LiveEngine { shared }
+    }
+
+    /// The seq every view has caught up with.
+    pub fn seq(&self) -> u64 {
+        self.shared.seq.load(Ordering::Acquire)
+    }
+
+    fn push(&self, r: Request) -> Result<(), DbError> {
+        let mut q = self.shared.requests.lock().expect("requests lock");
+        if q.len() >= REQUESTS_MAX {
+            return Err(DbError::LimitExceeded(
+                "too many pending subscription requests".into(),
+            ));
+        }
+        q.push_back(r);
+        self.shared.submitted.fetch_add(1, Ordering::AcqRel);
+        drop(q);
+        self.shared.db.feed().nudge();
+        Ok(())
+    }
+
+    pub fn subscribe(&self, req: SubscribeRequest) -> Result<(), DbError> {
+        self.push(Request::Subscribe(Box::new(req)))
+    }
+
+    pub fn unsubscribe(&self, conn: u64, sub: &str) -> Result<(), DbError> {
+        self.push(Request::Unsubscribe {
+            conn,
+            sub: sub.to_string(),
+        })
+    }
+
+    /// Removes every subscription of a connection (it closed).
+    pub fn disconnect(&self, conn: u64) {
+        let _ = self.push(Request::Disconnect { conn });
+    }
+
+    /// True when every accepted request has been handled and every commit processed.
+    pub fn is_idle(&self) -> bool {
+        self.shared.handled.load(Ordering::Acquire) == self.shared.submitted.load(Ordering::Acquire)
+            && self.seq() >= self.shared.db.seq()
+    }
+
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.db.feed().nudge();
+    }
+}
+
+struct Engine {
+    shared: Arc<Shared>,
+    views: HashMap<String, View>,
+    seq: u64,
+}
+
+fn error_msg(sub: &str, e: &DbError) -> Value {
+    json!({"type": "error", "sub": sub, "code": e.code(), "message": e.to_string()})
+}
+
+fn changes_msg(sub: &str, seq: u64, events: &[Value]) -> Value {
+    json!({"type": "changes", "sub": sub, "seq": seq, "changes": events})
+}
+
+fn initial_msg(sub: &str, seq: u64, docs: Vec<(String, Value)>) -> Value {
+    json!({"type": "initial", "sub": sub, "seq": seq, "docs": docs.into_iter().map(|(_, d)| d).collect::<Vec<_>>()})
+}
+
+impl Engine {
+    fn run(mut self) {
+        while !self.shared.stop.load(Ordering::Acquire) {
+            let last = self
+                .shared
+                .db
+                .feed()
+                .wait_after(self.seq, Duration::from_millis(200));
+            let requests: Vec<Request> = self
+                .shared
+                .requests
+                .lock()
+                .expect("requests lock")
+                .drain(..)
+                .collect();
+            for r in requests {
+                self.handle(r);
+                self.shared.handled.fetch_add(1, Ordering::AcqRel);
+            }
+            if last > self.seq {
+                self.catch_up(last);
+            }
+        }
+    }
+
+    fn handle(&mut self, r: Request) {
+        match r {
+            Request::Subscribe(req) => self.subscribe(*req),
+            Request::Unsubscribe { conn, sub } => {
+                self.remove(|s| s.sink.conn() == conn && s.sub == sub)
+            }
+            Request::Disconnect { conn } => self.remove(|s| s.sink.conn() == conn),
+        }
+    }
+
+    fn remove(&mut self, mut doomed: impl FnMut(&Subscriber) -> bool) {
+        for v in self.views.values_mut() {
+            v.subs.retain(|s| !doomed(s));
+        }
+        self.views.retain(|_, v| !v.subs.is_empty());
+    }
+
+    /// The first `n` documents (all when `None`) of `query`'s result at exactly `target`.
+    fn top_at(
+        db: &Db,
+        collection: &str,
+        query: &Query,
+        n: Option<usize>,
+        target: u64,
+    ) -> Result<Vec<Value>, DbError> {
+        top_at(db, collection, query, n, target)
+    }
+
+    fn fetch_size(query: &Query) -> Option<usize> {
+        query.limit.map(|l| query.skip + l + SLACK_DEFAULT + 1)
+    }
+
+    fn subscribe(&mut self, req: SubscribeRequest) {
+        let SubscribeRequest {
+            sub,
+            collection,
+            query,
+            key,
+            resume_from,
+            sink,
+        } = req;
+        let seq = self.seq;
+        let db = self.shared.db.clone();
+        if let Some(r) = resume_from.filter(|r| *r != seq) {
+            match self.replay(&db, &collection, &query, r, &sub, &*sink) {
+                Ok(true) => {}
+                Ok(false) => {
+                    if !sink.send(json!({"type": "reset", "sub": sub, "reason": format!("cannot resume from seq {r}: the commit log no longer reaches back (or the seq is unknown); here is a fresh result")})) {
+                        return;
+                    }
+                    self.attach(&db, sub, collection, query, key, sink, true);
+                    return;
+                }
+                Err(e) => {
+                    sink.send(error_msg(&sub, &e));
+                    return;
+                }
+            }
+            self.attach(&db, sub, collection, query, key, sink, false);
+            return;
+        }
+        let send_initial = resume_from.is_none();
+        self.attach(&db, sub, collection, query, key, sink, send_initial);
+    }
+
+    /// Sends the commits after `from` up to the engine's seq as change batches for a private
+    /// copy of the view. `Ok(false)` when that history is not available.
+    fn replay(
+        &self,
+        db: &Db,
+        collection: &str,
+        query: &Query,
+        from: u64,
+        sub: &str,
+        sink: &dyn Sink,
+    ) -> Result<bool, DbError> {
+        if from > self.seq {
+            return Ok(false);
+        }
+        let Some(commits) = db.commits_between(from, self.seq)? else {
+            return Ok(false);
+        };
+        let docs = match Self::top_at(db, collection, query, Self::fetch_size(query), from) {
+            Ok(d) => d,
+            Err(DbError::Corrupt(m)) if m == LOG_GONE => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let mut view = LiveView::new(query.clone(), SLACK_DEFAULT, docs, from);
+        for c in commits {
+            let events = apply_commit(db, collection, &mut view, &c)?;
+            if !events.is_empty() && !sink.send(changes_msg(sub, c.seq, &events)) {
+                return Ok(true);
+            }
+        }
+        Ok(true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attach(
+        &mut self,
+        db: &Db,
+        sub: String,
+        collection: String,
+        query: Query,
+        key: String,
+        sink: Arc<dyn Sink>,
+        send_initial: bool,
+    ) {
+        if !self.views.contains_key(&key) {
+            match Self::top_at(db, &collection, &query, Self::fetch_size(&query), self.seq) {
+                Ok(docs) => {
+                    let live = LiveView::new(query, SLACK_DEFAULT, docs, self.seq);
+                    self.views.insert(
+                        key.clone(),
+                        View {
+                            collection,
+                            live,
+                            subs: Vec::new(),
+                        },
+                    );
+                }
+                Err(e) => {
+                    sink.send(error_msg(&sub, &e));
+                    return;
+                }
+            }
+        }
+        let view = self.views.get_mut(&key).expect("inserted above");
+        if view.subs.len() >= SUBSCRIBERS_PER_VIEW_MAX {
+            sink.send(error_msg(
+                &sub,
+                &DbError::LimitExceeded(format!(
+                    "at most {SUBSCRIBERS_PER_VIEW_MAX} subscribers per query"
+                )),
+            ));
+            return;
+        }
+        if send_initial && !sink.send(initial_msg(&sub, view.live.seq(), view.live.window())) {
+            return;
+        }
+        view.subs.push(Subscriber { sub, sink });
+    }
+
+    fn catch_up(&mut self, last: u64) {
+        let db = self.shared.db.clone();
+        match db.commits_between(self.seq, last) {
+            Ok(Some(commits)) => {
+                for c in commits {
+                    self.process(&db, &c);
+                    self.seq = c.seq;
+                    self.shared.seq.store(c.seq, Ordering::Release);
+                }
+            }
+            Ok(None) | Err(_) => {
+                // The engine fell behind the retained log (or the log is unreadable): every
+                // subscriber gets a reset and a fresh result at the newest seq.
+                let views = std::mem::take(&mut self.views);
+                self.seq = last;
+                self.shared.seq.store(last, Ordering::Release);
+                for (key, v) in views {
+                    for s in v.subs {
+                        if s.sink.send(json!({"type": "reset", "sub": s.sub, "reason": "the live-query engine fell behind the commit log"})) {
+                            self.attach(&db, s.sub, v.collection.clone(), v.live.query().clone(), key.clone(), s.sink, true);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn process(&mut self, db: &Db, commit: &Commit) {
+        let mut failed_conns = Vec::new();
+        let mut broken = Vec::new();
+        for (key, view) in self.views.iter_mut() {
+            if view.live.seq() >= commit.seq
+                || !commit
+                    .changes
+                    .iter()
+                    .any(|c| c.collection == view.collection)
+            {
+                continue;
+            }
+            match apply_commit(db, &view.collection, &mut view.live, commit) {
+                Ok(events) if events.is_empty() => {}
+                Ok(events) => {
+                    for s in &view.subs {
+                        if !s.sink.send(changes_msg(&s.sub, commit.seq, &events)) {
+                            failed_conns.push(s.sink.conn());
+                        }
+                    }
+                }
+                Err(e) => {
+                    for s in &view.subs {
+                        s.sink.send(error_msg(&s.sub, &e));
+                    }
+                    broken.push(key.clone());
+                }
+            }
+        }
+        for k in broken {
+            self.views.remove(&k);
+        }
+        if !failed_conns.is_empty() {
+            self.remove(|s| failed_conns.contains(&s.sink.conn()));
+        }
+    }
+}
+
+/// Applies one commit to a view and renders its events.
+fn apply_commit(
+    db: &Db,
+    collection: &str,
+    view: &mut LiveView,
+    commit: &Commit,
+) -> Result<Vec<Value>, DbError> {
+    let changes: Vec<DocChange<'_>> = commit
+        .changes
+        .iter()
+        .filter(|c| c.collection == collection)
+        .map(|c| (c.id.as_str(), c.before.as_ref(), c.after.as_ref()))
+        .collect();
+    if changes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let query = view.query().clone();
+    let mut refill = |n: usize, seq: u64| top_at(db, collection, &query, Some(n), seq);
+    let events: Vec<ChangeEvent> = view.apply(commit.seq, &changes, &mut refill)?;
+    Ok(events.iter().map(ChangeEvent::to_json).collect())
+}
+
+const LOG_GONE: &str = "the commit log no longer reaches back to the requested seq";
+
+/// The first `n` documents (unprojected, all when `None`) of the query's result at exactly
+/// `target`: read the newest snapshot with `Δ` extra documents, where `Δ` is the number of this
+/// collection's document changes committed after `target`, then undo those changes newest
+/// first with their before-images. Every document of the first `n` at `target` is either
+/// unchanged since (and then ranks at most `n + Δ` now) or restored by the undo.
+pub fn top_at(
+    db: &Db,
+    collection: &str,
+    query: &Query,
+    n: Option<usize>,
+    target: u64,
+) -> Result<Vec<Value>, DbError> {
+    let mut extra = 0usize;
+    loop {
+        let mut q = query.clone();
+        q.skip = 0;
+        q.projection = Projection::all();
+        q.limit = n.map(|n| n + extra);
+        let out = db.query(collection, &q)?;
+        if out.seq < target {
+            return Err(DbError::Corrupt(format!(
+                "snapshot seq {} is older than {target}",
+                out.seq
+            )));
+        }
+        let commits = db
+            .commits_between(target, out.seq)?
+            .ok_or_else(|| DbError::Corrupt(LOG_GONE.into()))?;
+        let delta: usize = commits
+            .iter()
+            .map(|c| {
+                c.changes
+                    .iter()
+                    .filter(|x| x.collection == collection)
+                    .count()
+            })
+            .sum();
+        if let (Some(limit), true) = (q.limit, delta > extra) {
+            if out.docs.len() >= limit {
+                extra = delta;
+                continue;
+            }
+        }
+        let mut items: BTreeMap<Vec<u8>, Value> = BTreeMap::new();
+        let mut keys: HashMap<String, Vec<u8>> = HashMap::new();
+        let put = |doc: Value,
+                   items: &mut BTreeMap<Vec<u8>, Value>,
+                   keys: &mut HashMap<String, Vec<u8>>| {
+            let key = query.sort.encoded_key(&doc);
+            if let Some(id) = doc.get("_id").and_then(Value::as_str) {
+                keys.insert(id.to_string(), key.clone());
+            }
+            items.insert(key, doc);
+        };
+        for d in out.docs {
+            put(d, &mut items, &mut keys);
+        }
+        for c in commits.iter().rev() {
+            for ch in c
+                .changes
+                .iter()
+                .rev()
+                .filter(|x| x.collection == collection)
+            {
+                if let Some(k) = keys.remove(&ch.id) {
+                    items.remove(&k);
+                }
+                if let Some(b) = &ch.before {
+                    if query.filter.matches(b) {
+                        put(b.clone(), &mut items, &mut keys);
+                    }
+                }
+            }
+        }
+        return Ok(items.into_values().take(n.unwrap_or(usize::MAX)).collect());
+    }
+}

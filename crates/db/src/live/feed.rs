@@ -1,0 +1,126 @@
+//! The change feed: every committed transaction, in seq order, for the live-query engine.
+//!
+//! The writer's commit hook appends each commit to a bounded in-memory ring and wakes waiters.
+//! Readers ask for the commits after a seq; what has left the ring is read back from the durable
+//! commit log, so a slow reader never loses a commit while the log still reaches back, and never
+//! holds server memory beyond the ring's bound.
+
+use crate::write::{Change, ChangeOp};
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Commits kept in memory for the live-query engine.
+pub const FEED_RING_MAX: usize = 4096;
+
+/// One committed transaction.
+#[derive(Debug, Clone)]
+pub struct Commit {
+    pub seq: u64,
+    pub changes: Vec<Change>,
+}
+
+#[derive(Default)]
+struct Ring {
+    commits: VecDeque<Arc<Commit>>,
+    last_seq: u64,
+    /// Set by `nudge` so a waiter wakes for work other than commits.
+    nudged: bool,
+}
+
+#[derive(Default)]
+pub struct Feed {
+    ring: Mutex<Ring>,
+    cv: Condvar,
+}
+
+impl Feed {
+    pub fn new(last_seq: u64) -> Feed {
+        Feed {
+            ring: Mutex::new(Ring {
+                commits: VecDeque::new(),
+                last_seq,
+                nudged: false,
+            }),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// Called by the commit hook, in seq order.
+    pub fn publish(&self, commit: Commit) {
+        let mut r = self.ring.lock().expect("feed lock");
+        r.last_seq = r.last_seq.max(commit.seq);
+        r.commits.push_back(Arc::new(commit));
+        while r.commits.len() > FEED_RING_MAX {
+            r.commits.pop_front();
+        }
+        drop(r);
+        self.cv.notify_all();
+    }
+
+    pub fn last_seq(&self) -> u64 {
+        self.ring.lock().expect("feed lock").last_seq
+    }
+
+    /// Waits until a commit after `seq` exists, `nudge` is called, or `timeout` passes;
+    /// returns the last seq.
+    pub fn wait_after(&self, seq: u64, timeout: Duration) -> u64 {
+        let r = self.ring.lock().expect("feed lock");
+        let (mut r, _) = self
+            .cv
+            .wait_timeout_while(r, timeout, |r| r.last_seq <= seq && !r.nudged)
+            .expect("feed lock");
+        r.nudged = false;
+        r.last_seq
+    }
+
+    /// Wakes the waiter for work other than commits (a new subscription request).
+    pub fn nudge(&self) {
+        self.ring.lock().expect("feed lock").nudged = true;
+        self.cv.notify_all();
+    }
+
+    /// The commits with seq in `(after, upto]` still in the ring, or `None` when the ring no
+    /// longer reaches back to `after + 1`.
+    pub fn from_ring(&self, after: u64, upto: u64) -> Option<Vec<Arc<Commit>>> {
+        let r = self.ring.lock().expect("feed lock");
+        if after >= upto {
+            return Some(Vec::new());
+        }
+        let first = r.commits.front()?.seq;
+        if first > after + 1 {
+            return None;
+        }
+        Some(
+            r.commits
+                .iter()
+                .filter(|c| c.seq > after && c.seq <= upto)
+                .cloned()
+                .collect(),
+        )
+    }
+}
+
+/// Rebuilds a commit from its commit-log record.
+pub fn commit_from_log(record: &Value) -> Option<Commit> {
+    let seq = record.get("seq")?.as_u64()?;
+    let mut changes = Vec::new();
+    for c in record.get("changes")?.as_array()? {
+        let op = match c.get("op")?.as_str()? {
+            "insert" => ChangeOp::Insert,
+            "update" => ChangeOp::Update,
+            _ => ChangeOp::Delete,
+        };
+        let image = |k: &str| c.get(k).filter(|v| !v.is_null()).cloned();
+        changes.push(Change {
+            collection: c.get("collection")?.as_str()?.to_string(),
+            id: c.get("id")?.as_str()?.to_string(),
+            op,
+            version: c.get("version")?.as_u64()?,
+            before: image("before"),
+            after: image("after"),
+        });
+    }
+    Some(Commit { seq, changes })
+}
