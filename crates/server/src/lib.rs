@@ -39,11 +39,14 @@ pub async fn serve(
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     on_bound(listener.local_addr().map_err(|e| e.to_string())?);
-    let app = api::router(AppState { db: db.clone() });
+    let state = AppState::new(db.clone());
+    let live = state.live.clone();
+    let app = api::router(state);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|e| format!("server error: {e}"))?;
+    live.stop();
     tokio::task::spawn_blocking(move || db.close())
         .await
         .map_err(|e| e.to_string())?

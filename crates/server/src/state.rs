@@ -1,13 +1,28 @@
 //! State shared by every request handler.
 
+use herald_db::live::LiveEngine;
 use herald_db::Db;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 #[derive(Clone)]
 pub struct AppState {
     pub db: Db,
+    pub live: LiveEngine,
+    /// Source of connection ids for live-query sinks.
+    pub next_conn: Arc<AtomicU64>,
 }
 
 impl AppState {
+    pub fn new(db: Db) -> AppState {
+        let live = LiveEngine::start(db.clone());
+        AppState {
+            db,
+            live,
+            next_conn: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
     /// Largest body for a single document: the document limit plus room for JSON escaping.
     pub fn doc_body_limit(&self) -> usize {
         self.db.limits().bytes_max * 2 + (64 << 10)

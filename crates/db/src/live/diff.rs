@@ -58,10 +58,21 @@ impl ChangeEvent {
     }
 }
 
-/// The events that turn `old` into `new` (both lists of (id, doc) in result order).
-pub fn diff_windows(old: &[(String, Value)], new: &[(String, Value)]) -> Vec<ChangeEvent> {
+/// The events that turn `old` into `new` (both lists of (id, doc) in result order). `changed`
+/// names the documents the commit wrote: when a written document and an untouched one trade
+/// places, the written one is reported as moving, which is what happened.
+pub fn diff_windows(
+    old: &[(String, Value)],
+    new: &[(String, Value)],
+    changed: &std::collections::HashSet<&str>,
+) -> Vec<ChangeEvent> {
     let mut events = Vec::new();
     let in_new: std::collections::HashSet<&str> = new.iter().map(|(id, _)| id.as_str()).collect();
+    let new_pos: std::collections::HashMap<&str, usize> = new
+        .iter()
+        .enumerate()
+        .map(|(i, (id, _))| (id.as_str(), i))
+        .collect();
     let mut work: Vec<(String, Value)> = old.to_vec();
     for i in (0..work.len()).rev() {
         if !in_new.contains(work[i].0.as_str()) {
@@ -76,6 +87,31 @@ pub fn diff_windows(old: &[(String, Value)], new: &[(String, Value)]) -> Vec<Cha
         }
     }
     for (i, (id, doc)) in new.iter().enumerate() {
+        // A written document sitting here but belonging further down moves down, rather than
+        // the untouched documents moving up past it.
+        while let Some((w, _)) = work.get(i) {
+            let (w, p) = (w.clone(), new_pos.get(w.as_str()).copied().unwrap_or(0));
+            if w == *id || !changed.contains(w.as_str()) || p <= i {
+                break;
+            }
+            // Where it goes: before the first remaining document that belongs after it.
+            let at = (i + 1..work.len())
+                .find(|&k| new_pos.get(work[k].0.as_str()).is_some_and(|&q| q > p))
+                .map_or(work.len() - 1, |k| k - 1);
+            if at == i {
+                break; // already in place relative to the rest; the generic pass settles it
+            }
+            let (wid, _) = work.remove(i);
+            let wdoc = new[p].1.clone();
+            work.insert(at, (wid.clone(), wdoc.clone()));
+            events.push(ChangeEvent {
+                kind: EventKind::ChangeIndex,
+                id: wid,
+                doc: Some(wdoc),
+                old_index: i as i64,
+                new_index: at as i64,
+            });
+        }
         if work.get(i).is_some_and(|(w, _)| w == id) {
             if work[i].1 != *doc {
                 work[i].1 = doc.clone();
@@ -121,6 +157,7 @@ pub fn diff_windows(old: &[(String, Value)], new: &[(String, Value)]) -> Vec<Cha
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
 
     fn l(ids: &[&str]) -> Vec<(String, Value)> {
         ids.iter()
@@ -130,7 +167,9 @@ mod tests {
 
     fn check(old: &[&str], new: &[&str]) -> Vec<ChangeEvent> {
         let (o, n) = (l(old), l(new));
-        let ev = diff_windows(&o, &n);
+        let changed: std::collections::HashSet<&str> =
+            ["a", "b", "c", "d", "x"].into_iter().collect();
+        let ev = diff_windows(&o, &n, &changed);
         let mut w = o.clone();
         for e in &ev {
             e.apply(&mut w);
@@ -150,6 +189,38 @@ mod tests {
         let ev = check(&["a", "b", "c"], &["a", "c", "b"]);
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].kind, EventKind::ChangeIndex);
+        check(&["a", "x", "b", "c"], &["a", "b", "c", "x"]);
+        check(&["x", "a", "b"], &["a", "x", "b"]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_two_windows_diff_into_applicable_edits(
+            old in proptest::sample::subsequence((0..8).collect::<Vec<u8>>(), 0..8).prop_shuffle(),
+            new in proptest::sample::subsequence((0..8).collect::<Vec<u8>>(), 0..8).prop_shuffle(),
+            changed in proptest::collection::hash_set(0u8..8, 0..8),
+        ) {
+            let name = |i: &u8| format!("d{i}");
+            let (o, n): (Vec<_>, Vec<_>) = (old.iter().map(|i| (name(i), json!(i))).collect(), new.iter().map(|i| (name(i), json!(i))).collect());
+            let changed_names: Vec<String> = changed.iter().map(name).collect();
+            let set = changed_names.iter().map(String::as_str).collect();
+            let mut w = o.clone();
+            for e in diff_windows(&o, &n, &set) {
+                e.apply(&mut w);
+            }
+            proptest::prop_assert_eq!(w, n);
+        }
+    }
+
+    #[test]
+    fn the_written_document_is_the_one_that_moves() {
+        let (o, n) = (l(&["a", "x", "b"]), l(&["a", "b", "x"]));
+        let ev = diff_windows(&o, &n, &["x"].into_iter().collect());
+        assert_eq!(ev.len(), 1);
+        assert_eq!(
+            (ev[0].id.as_str(), ev[0].old_index, ev[0].new_index),
+            ("x", 1, 2)
+        );
     }
 
     #[test]
@@ -157,7 +228,7 @@ mod tests {
         let old = l(&["a", "b"]);
         let mut new = old.clone();
         new[1].1 = json!({"_id": "b", "n": 1});
-        let ev = diff_windows(&old, &new);
+        let ev = diff_windows(&old, &new, &["b"].into_iter().collect());
         assert_eq!(
             ev,
             vec![ChangeEvent {

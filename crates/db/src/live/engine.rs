@@ -182,6 +182,10 @@ impl Engine {
                 .db
                 .feed()
                 .wait_after(self.seq, Duration::from_millis(200));
+            // Commits first, so a new subscription starts from the newest state.
+            if last > self.seq {
+                self.catch_up(last);
+            }
             let requests: Vec<Request> = self
                 .shared
                 .requests
@@ -192,9 +196,6 @@ impl Engine {
             for r in requests {
                 self.handle(r);
                 self.shared.handled.fetch_add(1, Ordering::AcqRel);
-            }
-            if last > self.seq {
-                self.catch_up(last);
             }
         }
     }

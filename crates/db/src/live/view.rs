@@ -168,6 +168,8 @@ impl LiveView {
             }
         }
         self.seq = seq;
-        Ok(diff_windows(&old, &self.window()))
+        let changed: std::collections::HashSet<&str> =
+            changes.iter().map(|(id, _, _)| *id).collect();
+        Ok(diff_windows(&old, &self.window(), &changed))
     }
 }

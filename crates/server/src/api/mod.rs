@@ -6,6 +6,7 @@ pub mod commit;
 pub mod docs;
 pub mod error;
 pub mod indexes;
+pub mod live;
 pub mod query;
 pub mod writes;
 
@@ -43,6 +44,8 @@ pub fn router(state: AppState) -> Router {
                 .delete(docs::delete),
         )
         .route("/v1/query", post(query::query))
+        .route("/v1/ws", get(live::ws))
+        .route("/v1/subscribe", get(live::sse))
         .route("/v1/commit", post(commit::commit))
         .route("/v1/bulk", post(bulk::bulk))
         .route("/v1/indexes", post(indexes::create).get(indexes::list))

@@ -490,3 +490,17 @@ impl Drop for Herald {
         }
     }
 }
+
+impl Server {
+    /// Posts an NDJSON body to `/v1/bulk` and returns the parsed summary.
+    pub async fn json_raw_bulk(&self, ndjson: &str) -> Value {
+        let resp = self
+            .client
+            .post(self.url("/v1/bulk"))
+            .body(ndjson.to_string())
+            .send()
+            .await
+            .expect("bulk");
+        resp.json().await.expect("bulk summary")
+    }
+}
