@@ -2,7 +2,7 @@
 //! arrays, nested fields; sort, skip, limit; tiny slack to force refills) and random commits
 //! (inserts, replacements, deletes, multi-document transactions). After every commit, the list
 //! a subscriber builds by applying the emitted events must equal the pull query at that seq.
-//! `HERALD_LIVE_MODEL_CASES` sets the number of scenarios (each runs 100 commits).
+//! `HERALD_LIVE_MODEL_CASES` sets the number of scenarios (each runs 100 commits; the default 1000 scenarios are 100,000 commits).
 
 use herald_db::live::LiveView;
 use herald_query::{Projection, Query};
@@ -14,7 +14,7 @@ fn cases() -> u32 {
     std::env::var("HERALD_LIVE_MODEL_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200)
+        .unwrap_or(1000)
 }
 
 fn body() -> impl Strategy<Value = Value> {
