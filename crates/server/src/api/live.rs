@@ -115,19 +115,9 @@ fn subscription(m: &Map<String, Value>) -> Result<(String, Query, String), ApiEr
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::new("bad_request", "a subscription needs 'collection'"))?;
     herald_db::check_collection(collection)?;
+    let query = crate::api::query::query_of(m)?;
     let null = Value::Null;
     let get = |k: &str| m.get(k).unwrap_or(&null);
-    if !matches!(get("filter"), Value::Null | Value::Object(_)) {
-        return Err(ApiError::new("bad_filter", "filter must be an object"));
-    }
-    let query = Query::from_parts(
-        get("filter"),
-        get("sort"),
-        get("skip"),
-        get("limit"),
-        get("projection"),
-    )
-    .map_err(|e| ApiError::new(e.code(), e.to_string()))?;
     let key = format!(
         "{collection}\n{}",
         json!([

@@ -45,19 +45,7 @@ pub async fn query(State(st): State<AppState>, body: Body) -> ApiResult<Json<Val
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(ApiError::new("bad_request", "explain must be a boolean")),
     };
-    let null = Value::Null;
-    let get = |k: &str| m.get(k).unwrap_or(&null);
-    if m.get("filter").is_some_and(|f| !f.is_object()) {
-        return Err(ApiError::new("bad_filter", "filter must be an object"));
-    }
-    let q = Query::from_parts(
-        get("filter"),
-        get("sort"),
-        get("skip"),
-        get("limit"),
-        get("projection"),
-    )
-    .map_err(|e| ApiError::new(e.code(), e.to_string()))?;
+    let q = query_of(&m)?;
     let db = st.db.clone();
     let out = tokio::task::spawn_blocking(move || db.query(&collection, &q))
         .await
@@ -67,4 +55,22 @@ pub async fn query(State(st): State<AppState>, body: Body) -> ApiResult<Json<Val
         resp["explain"] = out.explain;
     }
     Ok(Json(resp))
+}
+
+/// The query of a request or subscription: `filter` (an object), `sort`, `skip`, `limit`,
+/// `projection` members of `m`; absent members are defaults.
+pub fn query_of(m: &serde_json::Map<String, Value>) -> Result<Query, ApiError> {
+    let null = Value::Null;
+    let get = |k: &str| m.get(k).unwrap_or(&null);
+    if !matches!(get("filter"), Value::Null | Value::Object(_)) {
+        return Err(ApiError::new("bad_filter", "filter must be an object"));
+    }
+    Query::from_parts(
+        get("filter"),
+        get("sort"),
+        get("skip"),
+        get("limit"),
+        get("projection"),
+    )
+    .map_err(|e| ApiError::new(e.code(), e.to_string()))
 }
