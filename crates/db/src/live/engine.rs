@@ -18,10 +18,11 @@ use crate::db::Db;
 use crate::error::DbError;
 use crate::live::diff::ChangeEvent;
 use crate::live::feed::Commit;
+use crate::live::matcher::Matcher;
 use crate::live::view::{DocChange, LiveView, SLACK_DEFAULT};
 use herald_query::{Projection, Query};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -101,6 +102,7 @@ impl LiveEngine {
                 Engine {
                     shared: s,
                     views: HashMap::new(),
+                    matchers: HashMap::new(),
                     seq,
                 }
                 .run()
@@ -159,6 +161,8 @@ impl LiveEngine {
 struct Engine {
     shared: Arc<Shared>,
     views: HashMap<String, View>,
+    /// Per collection, the predicate index over its views.
+    matchers: HashMap<String, Matcher>,
     seq: u64,
 }
 
@@ -211,10 +215,27 @@ impl Engine {
     }
 
     fn remove(&mut self, mut doomed: impl FnMut(&Subscriber) -> bool) {
-        for v in self.views.values_mut() {
+        let mut empty = Vec::new();
+        for (k, v) in self.views.iter_mut() {
             v.subs.retain(|s| !doomed(s));
+            if v.subs.is_empty() {
+                empty.push(k.clone());
+            }
         }
-        self.views.retain(|_, v| !v.subs.is_empty());
+        for k in empty {
+            self.drop_view(&k);
+        }
+    }
+
+    fn drop_view(&mut self, key: &str) {
+        if let Some(v) = self.views.remove(key) {
+            if let Some(m) = self.matchers.get_mut(&v.collection) {
+                m.remove(key);
+                if m.is_empty() {
+                    self.matchers.remove(&v.collection);
+                }
+            }
+        }
     }
 
     /// The first `n` documents (all when `None`) of `query`'s result at exactly `target`.
@@ -312,6 +333,10 @@ impl Engine {
             match Self::top_at(db, &collection, &query, Self::fetch_size(&query), self.seq) {
                 Ok(docs) => {
                     let live = LiveView::new(query, SLACK_DEFAULT, docs, self.seq);
+                    self.matchers
+                        .entry(collection.clone())
+                        .or_default()
+                        .add(&key, &live.query().filter);
                     self.views.insert(
                         key.clone(),
                         View {
@@ -357,6 +382,7 @@ impl Engine {
                 // The engine fell behind the retained log (or the log is unreadable): every
                 // subscriber gets a reset and a fresh result at the newest seq.
                 let views = std::mem::take(&mut self.views);
+                self.matchers.clear();
                 self.seq = last;
                 self.shared.seq.store(last, Ordering::Release);
                 for (key, v) in views {
@@ -371,18 +397,36 @@ impl Engine {
     }
 
     fn process(&mut self, db: &Db, commit: &Commit) {
+        // Candidate views per change, from the predicate index probed with both images.
+        let mut per_view: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut cand = HashSet::new();
+        for (i, ch) in commit.changes.iter().enumerate() {
+            let Some(m) = self.matchers.get(&ch.collection) else {
+                continue;
+            };
+            cand.clear();
+            for image in [&ch.before, &ch.after].into_iter().flatten() {
+                m.probe(image, &mut cand);
+            }
+            for k in &cand {
+                per_view.entry(k.clone()).or_default().push(i);
+            }
+        }
         let mut failed_conns = Vec::new();
         let mut broken = Vec::new();
-        for (key, view) in self.views.iter_mut() {
-            if view.live.seq() >= commit.seq
-                || !commit
-                    .changes
-                    .iter()
-                    .any(|c| c.collection == view.collection)
-            {
+        for (key, idx) in per_view {
+            let Some(view) = self.views.get_mut(&key) else {
+                continue;
+            };
+            if view.live.seq() >= commit.seq {
                 continue;
             }
-            match apply_commit(db, &view.collection, &mut view.live, commit) {
+            let changes: Vec<DocChange<'_>> = idx
+                .iter()
+                .map(|&i| &commit.changes[i])
+                .map(|c| (c.id.as_str(), c.before.as_ref(), c.after.as_ref()))
+                .collect();
+            match apply_changes(db, &view.collection, &mut view.live, commit.seq, &changes) {
                 Ok(events) if events.is_empty() => {}
                 Ok(events) => {
                     for s in &view.subs {
@@ -400,7 +444,7 @@ impl Engine {
             }
         }
         for k in broken {
-            self.views.remove(&k);
+            self.drop_view(&k);
         }
         if !failed_conns.is_empty() {
             self.remove(|s| failed_conns.contains(&s.sink.conn()));
@@ -408,7 +452,21 @@ impl Engine {
     }
 }
 
-/// Applies one commit to a view and renders its events.
+/// Applies some changes of one commit to a view and renders its events.
+fn apply_changes(
+    db: &Db,
+    collection: &str,
+    view: &mut LiveView,
+    seq: u64,
+    changes: &[DocChange<'_>],
+) -> Result<Vec<Value>, DbError> {
+    let query = view.query().clone();
+    let mut refill = |n: usize, s: u64| top_at(db, collection, &query, Some(n), s);
+    let events: Vec<ChangeEvent> = view.apply(seq, changes, &mut refill)?;
+    Ok(events.iter().map(ChangeEvent::to_json).collect())
+}
+
+/// Applies one commit (its changes to `collection`) to a view and renders its events.
 fn apply_commit(
     db: &Db,
     collection: &str,
@@ -424,10 +482,7 @@ fn apply_commit(
     if changes.is_empty() {
         return Ok(Vec::new());
     }
-    let query = view.query().clone();
-    let mut refill = |n: usize, seq: u64| top_at(db, collection, &query, Some(n), seq);
-    let events: Vec<ChangeEvent> = view.apply(commit.seq, &changes, &mut refill)?;
-    Ok(events.iter().map(ChangeEvent::to_json).collect())
+    apply_changes(db, collection, view, commit.seq, &changes)
 }
 
 const LOG_GONE: &str = "the commit log no longer reaches back to the requested seq";

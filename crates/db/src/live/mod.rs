@@ -12,6 +12,7 @@
 mod diff;
 pub mod engine;
 mod feed;
+pub mod matcher;
 mod view;
 
 pub use diff::{diff_windows, ChangeEvent, EventKind};
