@@ -1,21 +1,112 @@
 //! The predicate index of live queries: which views a written document may affect.
 //!
-//! Each view is indexed by one equality conjunct of its filter (`{"room": "r1"}`,
-//! `{"tag": {"$in": ["a", "b"]}}`) in a hash map from (path, value) to views; views without one
-//! go to a scan list. A change is probed with both its before-image (to find views it leaves)
-//! and its after-image (views it enters), so the candidates are a superset of the views whose
-//! filter matches either image (property-tested). Ranges and other operators use the scan list
-//! for now.
+//! Each view is indexed by one conjunct of its filter: an equality (`{"room": "r1"}`,
+//! `{"tag": {"$in": ["a", "b"]}}`) in a hash map from (path, value) to views, or else a range
+//! (`{"random": {"$gte": 10, "$lt": 20}}`) in an ordered map of elementary intervals per path;
+//! views with neither go to a scan list. A change is probed with both its before-image (to find
+//! views it leaves) and its after-image (views it enters), so the candidates are a superset of
+//! the views whose filter matches either image (property-tested).
+//!
+//! Range views on one path share a map from each interval boundary (an encoded value) to the set
+//! of views whose range covers the stretch from that boundary to the next; a probe is one
+//! ordered lookup. Only one operator's range is used per view: with arrays, different elements
+//! may satisfy different operators, so intersecting them could miss a match.
 
-use herald_query::{walk, Expr, FieldOp, Filter, LeafArrays, Test};
+use herald_query::{walk, CmpOp, Expr, FieldOp, Filter, LeafArrays, Test};
 use herald_value::{encode_key, FieldPath, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
 
 /// One view's entry: indexed under (path, values), or scanned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Slot {
-    Eq { path: String, values: Vec<Vec<u8>> },
+    Eq {
+        path: String,
+        values: Vec<Vec<u8>>,
+    },
+    Range {
+        path: String,
+        start: Vec<u8>,
+        end: Vec<u8>,
+    },
     Scan,
+}
+
+/// Elementary intervals of the range views on one path: boundary -> views covering
+/// `[boundary, next boundary)`.
+#[derive(Default)]
+struct Ranges {
+    parsed: Option<FieldPath>,
+    bounds: BTreeMap<Vec<u8>, HashSet<String>>,
+    views: usize,
+}
+
+impl Ranges {
+    /// Makes `at` a boundary, starting with the set of the stretch it falls in.
+    fn split(&mut self, at: &[u8]) {
+        if self.bounds.contains_key(at) {
+            return;
+        }
+        let covering = self
+            .bounds
+            .range::<[u8], _>((Bound::Unbounded, Bound::Excluded(at)))
+            .next_back()
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default();
+        self.bounds.insert(at.to_vec(), covering);
+    }
+
+    fn add(&mut self, key: &str, start: &[u8], end: &[u8]) {
+        self.split(start);
+        self.split(end);
+        for (_, set) in self
+            .bounds
+            .range_mut::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
+        {
+            set.insert(key.to_string());
+        }
+        self.views += 1;
+    }
+
+    fn remove(&mut self, key: &str, start: &[u8], end: &[u8]) {
+        for (_, set) in self
+            .bounds
+            .range_mut::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
+        {
+            set.remove(key);
+        }
+        self.views -= 1;
+        // Drop boundaries that no longer separate different sets.
+        let mut prev: Option<HashSet<String>> = None;
+        let mut doomed = Vec::new();
+        for (b, set) in &self.bounds {
+            if prev.as_ref().map_or(set.is_empty(), |p| p == set) {
+                doomed.push(b.clone());
+            }
+            prev = Some(set.clone());
+        }
+        for b in doomed {
+            self.bounds.remove(&b);
+        }
+    }
+
+    /// Views whose range meets `[lo, hi]`. A document with one value probes a point; one with
+    /// several (an array) probes the span from its smallest to its largest value, since its
+    /// elements may satisfy a view's lower and upper bound separately.
+    fn probe(&self, lo: &[u8], hi: &[u8], out: &mut HashSet<String>) {
+        let first = self
+            .bounds
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(lo)))
+            .next_back()
+            .map(|(b, _)| b.clone());
+        let from = match &first {
+            Some(b) => Bound::Included(b.as_slice()),
+            None => Bound::Unbounded,
+        };
+        for (_, set) in self.bounds.range::<[u8], _>((from, Bound::Included(hi))) {
+            out.extend(set.iter().cloned());
+        }
+    }
 }
 
 #[derive(Default)]
@@ -23,12 +114,64 @@ pub struct Matcher {
     eq: HashMap<(String, Vec<u8>), HashSet<String>>,
     /// Indexed paths with how many views use them.
     paths: HashMap<String, (FieldPath, usize)>,
+    ranges: HashMap<String, Ranges>,
     scan: HashSet<String>,
     slots: HashMap<String, Slot>,
 }
 
 fn indexable(v: &Value) -> bool {
     !matches!(v, Value::Null | Value::Array(_) | Value::Object(_))
+}
+
+/// The byte range `[start, end)` of encoded values that satisfy `op v`: within `v`'s type
+/// bracket, as range operators are.
+fn cmp_range(op: CmpOp, v: &Value) -> (Vec<u8>, Vec<u8>) {
+    let with_v = herald_value::key_of(v);
+    let after_v = prefix_end(&with_v);
+    let tag = with_v[0];
+    match op {
+        CmpOp::Gt => (after_v, vec![tag + 1]),
+        CmpOp::Gte => (with_v, vec![tag + 1]),
+        CmpOp::Lt => (vec![tag], with_v),
+        CmpOp::Lte => (vec![tag], after_v),
+    }
+}
+
+fn prefix_end(p: &[u8]) -> Vec<u8> {
+    let mut end = p.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0xFF; p.len() + 1]
+}
+
+/// The first top-level range conjunct of a filter: its path and the intersection of its range
+/// operators' byte ranges. `None` when the intersection is empty (operators on different
+/// brackets, which only arrays can satisfy together): such views are scanned.
+fn range_conjunct(e: &Expr) -> Option<(String, Vec<u8>, Vec<u8>)> {
+    match e {
+        Expr::And(xs) => xs.iter().find_map(range_conjunct),
+        Expr::Field(f) => {
+            let mut range: Option<(Vec<u8>, Vec<u8>)> = None;
+            for op in &f.ops {
+                if let FieldOp::Test(Test::Cmp(op, v)) = op {
+                    if indexable(v) {
+                        let (s, e) = cmp_range(*op, v);
+                        range = Some(match range {
+                            None => (s, e),
+                            Some((s0, e0)) => (s0.max(s), e0.min(e)),
+                        });
+                    }
+                }
+            }
+            let (start, end) = range?;
+            (start < end).then(|| (f.path.as_str().to_string(), start, end))
+        }
+        _ => None,
+    }
 }
 
 /// The first top-level equality conjunct of a filter: its path and encoded values.
@@ -68,10 +211,21 @@ impl Matcher {
                 }
                 Slot::Eq { path, values }
             }
-            None => {
-                self.scan.insert(key.to_string());
-                Slot::Scan
-            }
+            None => match range_conjunct(filter.expr()) {
+                Some((path, start, end)) => {
+                    let r = self.ranges.entry(path.clone()).or_default();
+                    if r.parsed.is_none() {
+                        r.parsed =
+                            Some(FieldPath::parse(&path).expect("a parsed filter's path is valid"));
+                    }
+                    r.add(key, &start, &end);
+                    Slot::Range { path, start, end }
+                }
+                None => {
+                    self.scan.insert(key.to_string());
+                    Slot::Scan
+                }
+            },
         };
         self.slots.insert(key.to_string(), slot);
     }
@@ -92,6 +246,14 @@ impl Matcher {
                     entry.1 -= 1;
                     if entry.1 == 0 {
                         self.paths.remove(&path);
+                    }
+                }
+            }
+            Some(Slot::Range { path, start, end }) => {
+                if let Some(r) = self.ranges.get_mut(&path) {
+                    r.remove(key, &start, &end);
+                    if r.views == 0 {
+                        self.ranges.remove(&path);
                     }
                 }
             }
@@ -122,6 +284,23 @@ impl Matcher {
                 }
                 false
             });
+        }
+        for r in self.ranges.values() {
+            let Some(parsed) = &r.parsed else { continue };
+            let mut span: Option<(Vec<u8>, Vec<u8>)> = None;
+            walk(doc, parsed.segments(), LeafArrays::Traverse, &mut |v| {
+                if let Some(v) = v.filter(|v| indexable(v)) {
+                    let e = herald_value::key_of(v);
+                    span = Some(match span.take() {
+                        None => (e.clone(), e),
+                        Some((lo, hi)) => (lo.min(e.clone()), hi.max(e)),
+                    });
+                }
+                false
+            });
+            if let Some((lo, hi)) = span {
+                r.probe(&lo, &hi, out);
+            }
         }
     }
 }
@@ -155,6 +334,9 @@ mod tests {
             (path.clone(), scalar(), path.clone(), scalar())
                 .prop_map(|(p, v, q, w)| json!({"$and": [{ p: v }, { q: {"$gte": w} }]})),
             (path.clone(), scalar()).prop_map(|(p, v)| json!({ p: {"$gt": v} })),
+            (path.clone(), scalar(), scalar())
+                .prop_map(|(p, lo, hi)| json!({ p: {"$gte": lo, "$lt": hi} })),
+            (path.clone(), scalar()).prop_map(|(p, v)| json!({ p: {"$lte": v} })),
             (path, scalar()).prop_map(|(p, v)| json!({"$or": [{ p: v }, {"a": 2}]})),
         ]
     }
@@ -180,8 +362,26 @@ mod tests {
             for i in 0..parsed.len() {
                 m.remove(&format!("v{i}"));
             }
-            prop_assert!(m.is_empty() && m.eq.is_empty() && m.paths.is_empty() && m.scan.is_empty());
+            prop_assert!(m.is_empty() && m.eq.is_empty() && m.paths.is_empty() && m.scan.is_empty() && m.ranges.is_empty());
         }
+    }
+
+    #[test]
+    fn range_views_are_found_by_one_lookup() {
+        let mut m = Matcher::default();
+        for i in 0..100 {
+            m.add(
+                &format!("q{i}"),
+                &Filter::parse(&json!({"random": {"$gte": i * 10, "$lt": i * 10 + 10}})).unwrap(),
+            );
+        }
+        let mut c = HashSet::new();
+        m.probe(&json!({"random": 425}), &mut c);
+        assert_eq!(c, HashSet::from(["q42".to_string()]));
+        for i in 0..100 {
+            m.remove(&format!("q{i}"));
+        }
+        assert!(m.ranges.is_empty());
     }
 
     #[test]
