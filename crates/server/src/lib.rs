@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod bench_live;
 pub mod state;
 
 use herald_db::{Db, DbOptions};

@@ -32,6 +32,19 @@ enum DurabilityArg {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Live-query notification latency under the InvaliDB workload.
+    Live {
+        /// Active queries per run (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+        queries: Vec<usize>,
+        /// Writes per second per run (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "1000")]
+        rates: Vec<u64>,
+        #[arg(long, default_value_t = 10)]
+        secs: u64,
+        #[arg(long, default_value = "target/bench-results/live.json")]
+        out: PathBuf,
+    },
     /// Durable inserts, point reads and an indexed range query through the HTTP API.
     Http {
         #[arg(long, default_value_t = 64)]
@@ -81,6 +94,27 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     match cli.command {
+        Command::Bench(BenchCommand::Live {
+            queries,
+            rates,
+            secs,
+            out,
+        }) => {
+            let opts = herald::bench_live::LiveBenchOptions {
+                queries,
+                rates,
+                secs,
+                out,
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            if let Err(e) = runtime.block_on(herald::bench_live::run(opts)) {
+                eprintln!("herald bench: {e}");
+                std::process::exit(1);
+            }
+        }
         Command::Bench(BenchCommand::Http {
             clients,
             insert_secs,
