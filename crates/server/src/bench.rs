@@ -113,27 +113,54 @@ where
     }
 }
 
+/// A server on a temporary directory (durable defaults) on a free loopback port, for benchmarks.
+pub struct BenchServer {
+    pub addr: SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), String>>,
+    _dir: tempfile::TempDir,
+}
+
+impl BenchServer {
+    pub async fn start() -> Result<BenchServer, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<SocketAddr>();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let config = crate::ServeConfig {
+            data: dir.path().to_path_buf(),
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            db: DbOptions::default(),
+        };
+        let task = tokio::spawn(crate::serve(
+            config,
+            async {
+                let _ = stop_rx.await;
+            },
+            move |a| {
+                let _ = addr_tx.send(a);
+            },
+        ));
+        let addr = addr_rx
+            .await
+            .map_err(|_| "server did not start".to_string())?;
+        Ok(BenchServer {
+            addr,
+            stop,
+            task,
+            _dir: dir,
+        })
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn stop(self) -> Result<(), String> {
+        let _ = self.stop.send(());
+        self.task.await.map_err(|e| e.to_string())?
+    }
+}
+
 pub async fn run(opts: HttpBenchOptions) -> Result<(), String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<SocketAddr>();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let config = crate::ServeConfig {
-        data: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        db: DbOptions::default(),
-    };
-    let server = tokio::spawn(crate::serve(
-        config,
-        async {
-            let _ = stop_rx.await;
-        },
-        move |a| {
-            let _ = addr_tx.send(a);
-        },
-    ));
-    let addr = addr_rx
-        .await
-        .map_err(|_| "server did not start".to_string())?;
+    let server = BenchServer::start().await?;
+    let addr = server.addr;
     let base = format!("http://{addr}");
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(opts.clients * 2)
@@ -220,8 +247,7 @@ pub async fn run(opts: HttpBenchOptions) -> Result<(), String> {
         .await,
     );
 
-    let _ = stop_tx.send(());
-    server.await.map_err(|e| e.to_string())??;
+    server.stop().await?;
 
     println!(
         "{:<38} {:>10} {:>8} {:>12} {:>10} {:>10} {:>10}",

@@ -11,11 +11,9 @@
 
 use futures_util::{SinkExt, StreamExt};
 use hdrhistogram::Histogram;
-use herald_db::DbOptions;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
@@ -39,26 +37,8 @@ fn word(rng: &mut impl Rng) -> String {
 }
 
 async fn run_one(queries: usize, rate: u64, secs: u64) -> Result<Value, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<SocketAddr>();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let config = crate::ServeConfig {
-        data: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        db: DbOptions::default(),
-    };
-    let server = tokio::spawn(crate::serve(
-        config,
-        async {
-            let _ = stop_rx.await;
-        },
-        move |a| {
-            let _ = addr_tx.send(a);
-        },
-    ));
-    let addr = addr_rx
-        .await
-        .map_err(|_| "server did not start".to_string())?;
+    let server = crate::bench::BenchServer::start().await?;
+    let addr = server.addr;
 
     // Subscribe the queries over a few connections; wait for every initial result.
     let sent_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
@@ -191,11 +171,10 @@ async fn run_one(queries: usize, rate: u64, secs: u64) -> Result<Value, String> 
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let _ = stop_tx.send(());
     for r in readers {
         r.abort();
     }
-    let _ = server.await;
+    let _ = server.stop().await;
     let h = hist.lock().expect("lock");
     let ms = |us: f64| us / 1000.0;
     Ok(json!({

@@ -91,6 +91,18 @@ enum Command {
     },
 }
 
+/// Runs a benchmark on a fresh runtime; exits 1 with the error if it fails.
+fn run_bench(bench: impl std::future::Future<Output = Result<(), String>>) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if let Err(e) = runtime.block_on(bench) {
+        eprintln!("herald bench: {e}");
+        std::process::exit(1);
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     match cli.command {
@@ -106,14 +118,7 @@ fn main() {
                 secs,
                 out,
             };
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
-            if let Err(e) = runtime.block_on(herald::bench_live::run(opts)) {
-                eprintln!("herald bench: {e}");
-                std::process::exit(1);
-            }
+            run_bench(herald::bench_live::run(opts));
         }
         Command::Bench(BenchCommand::Http {
             clients,
@@ -131,14 +136,7 @@ fn main() {
                 range_secs,
                 out,
             };
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
-            if let Err(e) = runtime.block_on(herald::bench::run(opts)) {
-                eprintln!("herald bench: {e}");
-                std::process::exit(1);
-            }
+            run_bench(herald::bench::run(opts));
         }
         Command::Serve {
             data,
