@@ -22,8 +22,19 @@ const WIDTH: u64 = 1_000;
 /// Subscriptions per WebSocket connection (below the server's per-connection limit).
 const SUBS_PER_CONNECTION: usize = 200;
 
+/// Which filters the queries use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// InvaliDB's `{"random": {"$gte": i, "$lt": j}}`: served by the range predicate index.
+    Range,
+    /// `{"key": {"$regex": "^k000042x"}}`: no index applies, every write is tested against
+    /// every query.
+    Regex,
+}
+
 #[derive(Debug, Clone)]
 pub struct LiveBenchOptions {
+    pub workload: Workload,
     pub queries: Vec<usize>,
     pub rates: Vec<u64>,
     pub secs: u64,
@@ -36,7 +47,22 @@ fn word(rng: &mut impl Rng) -> String {
         .collect()
 }
 
-async fn run_one(queries: usize, rate: u64, secs: u64) -> Result<Value, String> {
+fn filter_of(workload: Workload, q: usize) -> Value {
+    match workload {
+        Workload::Range => {
+            let lo = q as u64 * WIDTH;
+            json!({"random": {"$gte": lo, "$lt": lo + WIDTH}})
+        }
+        Workload::Regex => json!({"key": {"$regex": format!("^k{q:07}x")}}),
+    }
+}
+
+async fn run_one(
+    workload: Workload,
+    queries: usize,
+    rate: u64,
+    secs: u64,
+) -> Result<Value, String> {
     let server = crate::bench::BenchServer::start().await?;
     let addr = server.addr;
 
@@ -56,8 +82,7 @@ async fn run_one(queries: usize, rate: u64, secs: u64) -> Result<Value, String> 
             .map_err(|e| e.to_string())?;
         let mine: Vec<usize> = (0..queries).filter(|q| q % connections == c).collect();
         for q in &mine {
-            let lo = *q as u64 * WIDTH;
-            let msg = json!({"op": "subscribe", "sub": format!("q{q}"), "collection": "bench", "filter": {"random": {"$gte": lo, "$lt": lo + WIDTH}}});
+            let msg = json!({"op": "subscribe", "sub": format!("q{q}"), "collection": "bench", "filter": filter_of(workload, *q)});
             ws.send(Message::Text(msg.to_string().into()))
                 .await
                 .map_err(|e| e.to_string())?;
@@ -148,6 +173,7 @@ async fn run_one(queries: usize, rate: u64, secs: u64) -> Result<Value, String> 
                     "s1": word(&mut rng), "s2": word(&mut rng), "s3": word(&mut rng), "s4": word(&mut rng), "s5": word(&mut rng),
                     "i1": rng.gen_range(0..1000), "i2": rng.gen_range(0..1000), "i3": rng.gen_range(0..1000), "i4": rng.gen_range(0..1000),
                     "random": rng.gen_range(0..queries as u64 * WIDTH),
+                    "key": format!("k{:07}x{}", rng.gen_range(0..queries), word(&mut rng)),
                 });
                 sent_at.lock().expect("lock").insert(id.clone(), Instant::now());
                 let ok = matches!(client.put(format!("http://{addr}/v1/docs/bench/{id}")).json(&doc).send().await, Ok(r) if r.status().is_success());
@@ -178,6 +204,7 @@ async fn run_one(queries: usize, rate: u64, secs: u64) -> Result<Value, String> 
     let h = hist.lock().expect("lock");
     let ms = |us: f64| us / 1000.0;
     Ok(json!({
+        "workload": format!("{workload:?}").to_lowercase(),
         "queries": queries, "target_writes_per_sec": rate, "seconds": secs,
         "achieved_writes_per_sec": (total - write_errors) as f64 / write_secs,
         "write_errors": write_errors,
@@ -206,7 +233,7 @@ pub async fn run(opts: LiveBenchOptions) -> Result<(), String> {
     );
     for &q in &opts.queries {
         for &r in &opts.rates {
-            let row = run_one(q, r, opts.secs).await?;
+            let row = run_one(opts.workload, q, r, opts.secs).await?;
             let l = &row["latency_ms"];
             println!(
                 "{:>9} {:>9} {:>10.0} {:>10} {:>10} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.1}s",

@@ -30,10 +30,19 @@ enum DurabilityArg {
     Nosync,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum WorkloadArg {
+    Range,
+    Regex,
+}
+
 #[derive(Subcommand)]
 enum BenchCommand {
     /// Live-query notification latency under the InvaliDB workload.
     Live {
+        /// `range` (InvaliDB's indexable range queries) or `regex` (unindexable prefixes).
+        #[arg(long, value_enum, default_value = "range")]
+        workload: WorkloadArg,
         /// Active queries per run (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
         queries: Vec<usize>,
@@ -107,12 +116,18 @@ fn main() {
     let cli = Cli::parse();
     match cli.command {
         Command::Bench(BenchCommand::Live {
+            workload,
             queries,
             rates,
             secs,
             out,
         }) => {
+            let workload = match workload {
+                WorkloadArg::Range => herald::bench_live::Workload::Range,
+                WorkloadArg::Regex => herald::bench_live::Workload::Regex,
+            };
             let opts = herald::bench_live::LiveBenchOptions {
+                workload,
                 queries,
                 rates,
                 secs,

@@ -397,13 +397,16 @@ impl Engine {
     }
 
     fn process(&mut self, db: &Db, commit: &Commit) {
-        // Candidate views per change, from the predicate index probed with both images.
+        // Candidate views per change, from the predicate index probed with both images; views
+        // on a collection's scan list take all of its changes.
         let mut per_view: HashMap<String, Vec<usize>> = HashMap::new();
         let mut cand = HashSet::new();
+        let mut touched: HashMap<&str, Vec<usize>> = HashMap::new();
         for (i, ch) in commit.changes.iter().enumerate() {
             let Some(m) = self.matchers.get(&ch.collection) else {
                 continue;
             };
+            touched.entry(ch.collection.as_str()).or_default().push(i);
             cand.clear();
             for image in [&ch.before, &ch.after].into_iter().flatten() {
                 m.probe(image, &mut cand);
@@ -412,6 +415,17 @@ impl Engine {
                 per_view.entry(k.clone()).or_default().push(i);
             }
         }
+        let mut scanned: Vec<(&String, &Vec<usize>)> = Vec::new();
+        for (coll, idx) in &touched {
+            if let Some(m) = self.matchers.get(*coll) {
+                scanned.extend(m.scanned().iter().map(|k| (k, idx)));
+            }
+        }
+        let scanned: Vec<(String, Vec<usize>)> = scanned
+            .into_iter()
+            .map(|(k, i)| (k.clone(), i.clone()))
+            .collect();
+        let per_view = per_view.into_iter().chain(scanned);
         let mut failed_conns = Vec::new();
         let mut broken = Vec::new();
         for (key, idx) in per_view {

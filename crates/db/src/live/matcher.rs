@@ -268,9 +268,14 @@ impl Matcher {
         self.slots.is_empty()
     }
 
-    /// Adds to `out` every view the document image may match.
+    /// The views no index covers: every change of the collection is a candidate for them.
+    pub fn scanned(&self) -> &HashSet<String> {
+        &self.scan
+    }
+
+    /// Adds to `out` every indexed view the document image may match (see [`Matcher::scanned`]
+    /// for the rest).
     pub fn probe(&self, image: &Value, out: &mut HashSet<String>) {
-        out.extend(self.scan.iter().cloned());
         let Value::Object(doc) = image else { return };
         let mut enc = Vec::new();
         for (path, (parsed, _)) in &self.paths {
@@ -354,6 +359,7 @@ mod tests {
             let mut cand = HashSet::new();
             m.probe(&before, &mut cand);
             m.probe(&after, &mut cand);
+            cand.extend(m.scanned().iter().cloned());
             for (i, f) in parsed.iter().enumerate() {
                 if f.matches(&before) || f.matches(&after) {
                     prop_assert!(cand.contains(&format!("v{i}")), "view {} {} missed", i, filters[i]);

@@ -101,6 +101,15 @@ impl LiveView {
         self.items.insert(key, doc);
     }
 
+    /// True when a matching document would land in the known prefix (not beyond it).
+    fn would_hold(&self, doc: &Value) -> bool {
+        self.complete
+            || self
+                .items
+                .last_key_value()
+                .is_some_and(|(last, _)| self.query.sort.encoded_key(doc) < *last)
+    }
+
     /// The visible window, projected: what a subscriber's list holds.
     pub fn window(&self) -> Vec<(String, Value)> {
         let take = self.query.limit.unwrap_or(usize::MAX);
@@ -131,6 +140,16 @@ impl LiveView {
         changes: &[DocChange<'_>],
         refill: &mut dyn Refill,
     ) -> Result<Vec<ChangeEvent>, crate::DbError> {
+        // Most changes a view is offered touch nothing it holds: skip them without building
+        // windows (this is the hot path when many views share a scan list).
+        let touches = changes.iter().any(|(id, _, after)| {
+            self.keys.contains_key(*id)
+                || after.is_some_and(|a| self.query.filter.matches(a) && self.would_hold(a))
+        });
+        if !touches {
+            self.seq = seq;
+            return Ok(Vec::new());
+        }
         let old = self.window();
         for (id, _before, after) in changes {
             if let Some(k) = self.keys.remove(*id) {
