@@ -203,10 +203,15 @@ impl Db {
             let db = Arc::clone(&inner);
             // Hooks run in commit order on the writer thread, so the feed sees seqs in order.
             let changes = (!outcome.changes.is_empty()).then(|| outcome.changes.clone());
+            let bytes = outcome.record_bytes;
             txn.on_commit(move || {
                 db.seq.fetch_max(seq, Ordering::AcqRel);
                 if let Some(changes) = changes {
-                    db.feed.publish(crate::live::Commit { seq, changes });
+                    db.feed.publish(crate::live::Commit {
+                        seq,
+                        changes,
+                        bytes,
+                    });
                 }
             });
             Ok(outcome)

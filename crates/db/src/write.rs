@@ -100,6 +100,9 @@ pub struct CommitOutcome {
     pub seq: u64,
     pub results: Vec<WriteResult>,
     pub changes: Vec<Change>,
+    /// Size of the commit record in bytes (0 when nothing changed): what the commit costs to
+    /// hold in memory, for bounding the live-query feed.
+    pub record_bytes: usize,
 }
 
 /// Settings the job needs.
@@ -365,20 +368,20 @@ pub fn apply(
             seq: seq0,
             results,
             changes,
+            record_bytes: 0,
         });
     }
     let seq = seq0 + 1;
     txn.put_u64(Table::Meta, META_SEQ.to_vec(), seq)?;
-    txn.put(
-        Table::Log,
-        log_key(seq).to_vec(),
-        encode_log_record(seq, now_ms, &changes),
-    )?;
+    let record = encode_log_record(seq, now_ms, &changes);
+    let record_bytes = record.len();
+    txn.put(Table::Log, log_key(seq).to_vec(), record)?;
     prune_log(txn, seq, now_ms, settings)?;
     Ok(CommitOutcome {
         seq,
         results,
         changes,
+        record_bytes,
     })
 }
 

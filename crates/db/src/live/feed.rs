@@ -13,17 +13,23 @@ use std::time::Duration;
 
 /// Commits kept in memory for the live-query engine.
 pub const FEED_RING_MAX: usize = 4096;
+/// Bytes of commits (as their commit-log records measure them) kept in memory.
+pub const FEED_BYTES_MAX: usize = 64 << 20;
 
 /// One committed transaction.
 #[derive(Debug, Clone)]
 pub struct Commit {
     pub seq: u64,
     pub changes: Vec<Change>,
+    /// Approximate memory it holds (its commit record's size).
+    pub bytes: usize,
 }
 
 #[derive(Default)]
 struct Ring {
     commits: VecDeque<Arc<Commit>>,
+    /// Sum of `bytes` over `commits`.
+    bytes: usize,
     last_seq: u64,
     /// Set by `nudge` so a waiter wakes for work other than commits.
     nudged: bool,
@@ -40,6 +46,7 @@ impl Feed {
         Feed {
             ring: Mutex::new(Ring {
                 commits: VecDeque::new(),
+                bytes: 0,
                 last_seq,
                 nudged: false,
             }),
@@ -51,9 +58,13 @@ impl Feed {
     pub fn publish(&self, commit: Commit) {
         let mut r = self.ring.lock().expect("feed lock");
         r.last_seq = r.last_seq.max(commit.seq);
+        r.bytes += commit.bytes;
         r.commits.push_back(Arc::new(commit));
-        while r.commits.len() > FEED_RING_MAX {
-            r.commits.pop_front();
+        // Older commits stay readable from the commit log.
+        while r.commits.len() > FEED_RING_MAX || (r.bytes > FEED_BYTES_MAX && r.commits.len() > 1) {
+            if let Some(old) = r.commits.pop_front() {
+                r.bytes -= old.bytes;
+            }
         }
         drop(r);
         self.cv.notify_all();
@@ -122,5 +133,9 @@ pub fn commit_from_log(record: &Value) -> Option<Commit> {
             after: image("after"),
         });
     }
-    Some(Commit { seq, changes })
+    Some(Commit {
+        seq,
+        changes,
+        bytes: 0,
+    })
 }
