@@ -170,6 +170,12 @@ async fn run_ws(st: AppState, mut socket: WebSocket) {
             out = conn.rx.recv() => {
                 let Some(msg) = out else { break };
                 conn.note(&msg);
+                // A subscription the engine ended with an error frees its id.
+                if msg["type"] == "error" {
+                    if let Some(sub) = msg["sub"].as_str() {
+                        subs.remove(sub);
+                    }
+                }
                 if socket.send(Message::Text(msg.to_string().into())).await.is_err() { break }
                 idle.reset();
             }
