@@ -47,11 +47,16 @@ pub async fn serve(
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|e| format!("server error: {e}"))?;
-    live.stop();
-    tokio::task::spawn_blocking(move || db.close())
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("closing the database: {e}"))
+    // The engine holds a database handle; stop it (and drop ours) so the close below is the
+    // last one and makes everything durable, in nosync mode too.
+    tokio::task::spawn_blocking(move || {
+        live.stop();
+        drop(live);
+        db.close()
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("closing the database: {e}"))
 }
 
 /// Completes on SIGTERM or Ctrl-C.

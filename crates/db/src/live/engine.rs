@@ -82,6 +82,8 @@ struct Shared {
 #[derive(Clone)]
 pub struct LiveEngine {
     shared: Arc<Shared>,
+    /// The engine thread, joined by `stop` so its database handle is gone afterwards.
+    thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl LiveEngine {
@@ -96,7 +98,7 @@ impl LiveEngine {
             handled: AtomicU64::new(0),
         });
         let s = Arc::clone(&shared);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("herald-live".into())
             .spawn(move || {
                 Engine {
@@ -108,7 +110,10 @@ impl LiveEngine {
                 .run()
             })
             .expect("spawn live engine");
-        LiveEngine { shared }
+        LiveEngine {
+            shared,
+            thread: Arc::new(Mutex::new(Some(thread))),
+        }
     }
 
     /// The seq every view has caught up with.
@@ -152,9 +157,13 @@ impl LiveEngine {
             && self.seq() >= self.shared.db.seq()
     }
 
+    /// Stops the engine thread and waits for it to end.
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.db.feed().nudge();
+        if let Some(t) = self.thread.lock().expect("thread lock").take() {
+            let _ = t.join();
+        }
     }
 }
 
