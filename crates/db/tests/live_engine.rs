@@ -73,6 +73,20 @@ fn client_state(msgs: &[Value]) -> (Vec<Value>, u64) {
     (list.into_iter().map(|(_, d)| d).collect(), seq)
 }
 
+fn subscribe(engine: &LiveEngine, qi: usize, sink: Arc<TestSink>, resume_from: Option<u64>) {
+    let q: Value = serde_json::from_str(QUERIES[qi]).unwrap();
+    engine
+        .subscribe(SubscribeRequest {
+            sub: "s".into(),
+            collection: "c".into(),
+            query: Query::parse(&q).unwrap(),
+            key: format!("c\n{}", QUERIES[qi]),
+            resume_from,
+            sink,
+        })
+        .unwrap();
+}
+
 #[test]
 fn subscribers_converge_on_the_pull_query_under_racing_writes() {
     let seeds: u64 = std::env::var("HERALD_LIVE_ENGINE_SEEDS")
@@ -114,17 +128,7 @@ fn subscribers_converge_on_the_pull_query_under_racing_writes() {
                     msgs: Mutex::new(Vec::new()),
                 });
                 next_conn += 1;
-                let q: Value = serde_json::from_str(QUERIES[qi]).unwrap();
-                engine
-                    .subscribe(SubscribeRequest {
-                        sub: "s".into(),
-                        collection: "c".into(),
-                        query: Query::parse(&q).unwrap(),
-                        key: format!("c\n{}", QUERIES[qi]),
-                        resume_from: None,
-                        sink: sink.clone(),
-                    })
-                    .unwrap();
+                subscribe(&engine, qi, sink.clone(), None);
                 sinks.push((sink, qi));
             }
             if round % 50 == 49 && !sinks.is_empty() {
@@ -142,17 +146,7 @@ fn subscribers_converge_on_the_pull_query_under_racing_writes() {
                     msgs: Mutex::new(had),
                 });
                 next_conn += 1;
-                let q: Value = serde_json::from_str(QUERIES[qi]).unwrap();
-                engine
-                    .subscribe(SubscribeRequest {
-                        sub: "s".into(),
-                        collection: "c".into(),
-                        query: Query::parse(&q).unwrap(),
-                        key: format!("c\n{}", QUERIES[qi]),
-                        resume_from: Some(seen),
-                        sink: sink.clone(),
-                    })
-                    .unwrap();
+                subscribe(&engine, qi, sink.clone(), Some(seen));
                 sinks[i] = (sink, qi);
             }
         }

@@ -32,21 +32,21 @@ fn collection_param(params: &HashMap<String, String>) -> ApiResult<String> {
         .ok_or_else(|| ApiError::new("bad_request", "'collection' query parameter is required"))
 }
 
+/// A required string member of an index request.
+fn required(m: &serde_json::Map<String, Value>, key: &str) -> ApiResult<String> {
+    m.get(key)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| ApiError::new("bad_index", format!("'{key}' is required")))
+}
+
 pub async fn create(
     State(st): State<AppState>,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let m = read_object(body, BODY_MAX).await?;
-    let collection = m
-        .get("collection")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::new("bad_index", "'collection' is required"))?
-        .to_string();
-    let name = m
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::new("bad_index", "'name' is required"))?
-        .to_string();
+    let collection = required(&m, "collection")?;
+    let name = required(&m, "name")?;
     let Some(Value::Array(items)) = m.get("fields") else {
         return Err(ApiError::new(
             "bad_index",
@@ -99,11 +99,7 @@ pub async fn drop(
 
 pub async fn exemptions(State(st): State<AppState>, body: Body) -> ApiResult<Json<Value>> {
     let m = read_object(body, BODY_MAX).await?;
-    let collection = m
-        .get("collection")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::new("bad_index", "'collection' is required"))?
-        .to_string();
+    let collection = required(&m, "collection")?;
     let Some(Value::Array(items)) = m.get("exemptions") else {
         return Err(ApiError::new(
             "bad_index",
