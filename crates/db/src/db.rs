@@ -11,7 +11,9 @@ use crate::layout::{
 };
 use crate::names::{check_collection, check_segment};
 use crate::planner::plan;
-use crate::write::{apply, prepare, CommitOutcome, Write, WriteSettings};
+use crate::write::{
+    apply, prepare, ApplyCtx, CommitOutcome, Write, WriteSettings, COMMIT_WRITES_MAX,
+};
 use herald_query::{Direction, Query};
 use herald_storage::{Durability, Store, StoreOptions, Table, Ticket, WriteTxn};
 use herald_value::{DocumentLimits, FieldPath, Value};
@@ -66,20 +68,43 @@ pub struct QueryOutcome {
 
 #[derive(Clone)]
 pub struct Db {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    store: Store,
+pub(crate) struct Inner {
+    pub(crate) store: Store,
     /// Committed transactions for the live-query engine, fed by the commit hook.
-    feed: crate::live::Feed,
-    catalog: RwLock<Catalog>,
+    pub(crate) feed: crate::live::Feed,
+    pub(crate) catalog: RwLock<Catalog>,
     /// The last committed seq, advanced by the writer after each commit.
-    seq: AtomicU64,
-    settings: WriteSettings,
+    pub(crate) seq: AtomicU64,
+    pub(crate) settings: WriteSettings,
+    /// Trigger definitions the write path matches, with their counters.
+    pub(crate) triggers: crate::triggers::Registry,
 }
 
-fn now_ms() -> u64 {
+/// What runs after a commit that changed documents, on the writer thread in commit order:
+/// advance the seq, publish to the live-query feed, count the tasks it queued.
+pub(crate) fn publish_hook(inner: &Arc<Inner>, outcome: &CommitOutcome) -> impl FnOnce() + 'static {
+    let db = Arc::clone(inner);
+    let seq = outcome.seq;
+    let changes = (!outcome.changes.is_empty()).then(|| outcome.changes.clone());
+    let bytes = outcome.record_bytes;
+    let tasks = outcome.tasks.clone();
+    move || {
+        db.seq.fetch_max(seq, Ordering::AcqRel);
+        if let Some(changes) = changes {
+            db.feed.publish(crate::live::Commit {
+                seq,
+                changes,
+                bytes,
+            });
+        }
+        db.triggers.tasks_committed(&tasks);
+    }
+}
+
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -97,6 +122,7 @@ impl Db {
                 .map_err(|e| DbError::Corrupt(format!("catalog: {e}")))?,
             None => Catalog::default(),
         };
+        let triggers = crate::triggers::load(&read)?;
         drop(read);
         let pending: Vec<(String, String)> = catalog
             .collections
@@ -125,6 +151,7 @@ impl Db {
                     log_retention_count: options.log_retention_count.max(1),
                     log_retention_age_ms: options.log_retention_age.as_millis() as u64,
                 },
+                triggers,
             }),
         };
         // Builds interrupted by a shutdown or crash resume where the catalog says.
@@ -195,25 +222,19 @@ impl Db {
         mut writes: Vec<Write>,
         block: bool,
     ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
-        prepare(&mut writes, &self.inner.settings.limits)?;
+        prepare(&mut writes, &self.inner.settings.limits, COMMIT_WRITES_MAX)?;
         let inner = Arc::clone(&self.inner);
         let job = move |txn: &mut WriteTxn<'_>| {
-            let outcome = apply(txn, &writes, &inner.catalog, &inner.settings, now_ms())?;
-            let seq = outcome.seq;
-            let db = Arc::clone(&inner);
+            let ctx = ApplyCtx {
+                catalog: &inner.catalog,
+                settings: &inner.settings,
+                triggers: &inner.triggers,
+                depth: 0,
+                now_ms: now_ms(),
+            };
+            let outcome = apply(txn, &writes, &ctx)?;
             // Hooks run in commit order on the writer thread, so the feed sees seqs in order.
-            let changes = (!outcome.changes.is_empty()).then(|| outcome.changes.clone());
-            let bytes = outcome.record_bytes;
-            txn.on_commit(move || {
-                db.seq.fetch_max(seq, Ordering::AcqRel);
-                if let Some(changes) = changes {
-                    db.feed.publish(crate::live::Commit {
-                        seq,
-                        changes,
-                        bytes,
-                    });
-                }
-            });
+            txn.on_commit(publish_hook(&inner, &outcome));
             Ok(outcome)
         };
         let ticket = if block {
@@ -350,7 +371,10 @@ impl Db {
             Ok(())
         })?;
         // Entries of a dropped index are garbage; remove them in the background.
-        self.spawn_delete_entries(index_prefix(collection, &composite_index_name(name)));
+        self.spawn_delete_prefix(
+            Table::Index,
+            index_prefix(collection, &composite_index_name(name)),
+        );
         Ok(())
     }
 
@@ -480,19 +504,20 @@ impl Db {
         })
     }
 
-    fn spawn_delete_entries(&self, prefix: Vec<u8>) {
+    /// Deletes every key of `table` under `prefix` in the background, in bounded chunks.
+    pub(crate) fn spawn_delete_prefix(&self, table: Table, prefix: Vec<u8>) {
         let db = self.clone();
         std::thread::spawn(move || loop {
             let pfx = prefix.clone();
             let done = db.inner.store.submit(move |txn: &mut WriteTxn<'_>| {
                 let keys: Vec<Vec<u8>> = txn
-                    .prefix(Table::Index, &pfx)?
+                    .prefix(table, &pfx)?
                     .take(BUILD_CHUNK_DOCS)
                     .map(|e| e.map(|(k, _)| k))
                     .collect::<Result<_, _>>()?;
                 let done = keys.len() < BUILD_CHUNK_DOCS;
                 for k in keys {
-                    txn.delete(Table::Index, k);
+                    txn.delete(table, k);
                 }
                 Ok::<_, DbError>(done)
             });

@@ -42,6 +42,14 @@ pub enum DbError {
     IndexExists(String),
     #[error("index {0} not found")]
     IndexNotFound(String),
+    #[error("bad trigger: {0}")]
+    BadTrigger(String),
+    #[error("trigger {0} not found")]
+    TriggerNotFound(String),
+    #[error("this write would fire a trigger chain deeper than {0} (a cycle of triggers?)")]
+    TriggerDepth(u32),
+    #[error("document {collection}/{id} changed while the task ran")]
+    TaskConflict { collection: String, id: String },
     #[error(transparent)]
     Storage(#[from] StorageError),
     #[error("stored data is invalid: {0}")]
@@ -67,6 +75,10 @@ impl DbError {
             DbError::BadIndex(_) => "bad_index",
             DbError::IndexExists(_) => "index_exists",
             DbError::IndexNotFound(_) => "index_not_found",
+            DbError::BadTrigger(_) => "bad_trigger",
+            DbError::TriggerNotFound(_) => "trigger_not_found",
+            DbError::TriggerDepth(_) => "trigger_depth_exceeded",
+            DbError::TaskConflict { .. } => "task_conflict",
             DbError::Storage(e) => e.code(),
             DbError::Corrupt(_) => "corrupt",
         }

@@ -45,6 +45,13 @@ pub fn encode_doc(version: u64, doc: &Value) -> Vec<u8> {
     out
 }
 
+/// The version of a stored document record, without parsing its JSON.
+pub fn doc_version(bytes: &[u8]) -> u64 {
+    bytes
+        .get(..8)
+        .map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
+}
+
 pub fn decode_doc(bytes: &[u8]) -> Result<(u64, Value), DbError> {
     if bytes.len() < 8 {
         return Err(DbError::Corrupt(

@@ -19,6 +19,7 @@ mod layout;
 pub mod live;
 mod names;
 mod planner;
+pub mod triggers;
 mod write;
 
 pub use catalog::{CompositeIndex, IndexField, IndexState};

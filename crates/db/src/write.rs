@@ -12,6 +12,7 @@ use crate::error::DbError;
 use crate::indexer::entries;
 use crate::layout::{decode_doc, doc_key, encode_doc, log_key, META_CATALOG, META_SEQ};
 use crate::names::{check_collection, check_segment, generate_id};
+use crate::triggers::{enqueue, Registry};
 use herald_query::{Filter, Update};
 use herald_storage::{Table, WriteTxn};
 use herald_value::{check_document, DocumentLimits, Map, Value};
@@ -103,6 +104,8 @@ pub struct CommitOutcome {
     /// Size of the commit record in bytes (0 when nothing changed): what the commit costs to
     /// hold in memory, for bounding the live-query feed.
     pub record_bytes: usize,
+    /// The trigger uid of each task this commit enqueued.
+    pub tasks: Vec<u64>,
 }
 
 /// Settings the job needs.
@@ -114,15 +117,20 @@ pub struct WriteSettings {
 }
 
 /// Validates what can be validated without the store, and fills in generated ids and `_id`.
-pub fn prepare(writes: &mut [Write], limits: &DocumentLimits) -> Result<(), DbError> {
+/// `writes_max` is [`COMMIT_WRITES_MAX`] for clients and `TASK_WRITES_MAX` for trigger tasks.
+pub fn prepare(
+    writes: &mut [Write],
+    limits: &DocumentLimits,
+    writes_max: usize,
+) -> Result<(), DbError> {
     if writes.is_empty() {
         return Err(DbError::BadRequest(
             "a commit needs at least one write".into(),
         ));
     }
-    if writes.len() > COMMIT_WRITES_MAX {
+    if writes.len() > writes_max {
         return Err(DbError::LimitExceeded(format!(
-            "a commit may hold at most {COMMIT_WRITES_MAX} writes"
+            "a commit may hold at most {writes_max} writes"
         )));
     }
     for w in writes.iter_mut() {
@@ -198,14 +206,24 @@ fn set_id(doc: &mut Value, id: &str) -> Result<(), DbError> {
     Ok(())
 }
 
+/// What the write path needs besides the writes.
+pub(crate) struct ApplyCtx<'a> {
+    pub catalog: &'a RwLock<Catalog>,
+    pub settings: &'a WriteSettings,
+    pub triggers: &'a Registry,
+    /// Depth of the writer in a chain of triggers: 0 for a client, the task's depth for the
+    /// writes of a trigger task. The tasks this commit fires get one more.
+    pub depth: u32,
+    pub now_ms: u64,
+}
+
 /// Runs a prepared transaction inside a storage job.
-pub fn apply(
+pub(crate) fn apply(
     txn: &mut WriteTxn<'_>,
     writes: &[Write],
-    catalog: &RwLock<Catalog>,
-    settings: &WriteSettings,
-    now_ms: u64,
+    ctx: &ApplyCtx<'_>,
 ) -> Result<CommitOutcome, DbError> {
+    let (catalog, settings, now_ms) = (ctx.catalog, ctx.settings, ctx.now_ms);
     let seq0 = txn.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0);
     let mut results = Vec::with_capacity(writes.len());
     let mut changes = Vec::with_capacity(writes.len());
@@ -369,6 +387,7 @@ pub fn apply(
             results,
             changes,
             record_bytes: 0,
+            tasks: Vec::new(),
         });
     }
     let seq = seq0 + 1;
@@ -377,11 +396,13 @@ pub fn apply(
     let record_bytes = record.len();
     txn.put(Table::Log, log_key(seq).to_vec(), record)?;
     prune_log(txn, seq, now_ms, settings)?;
+    let tasks = enqueue(txn, ctx.triggers, seq, &changes, ctx.depth, now_ms)?;
     Ok(CommitOutcome {
         seq,
         results,
         changes,
         record_bytes,
+        tasks,
     })
 }
 

@@ -1,0 +1,473 @@
+//! The database's trigger operations: defining and removing triggers, reading a queue,
+//! completing a task (its writes and its removal in one storage transaction), failing it
+//! (retry or dead letter), and inspecting, retrying and purging dead letters.
+
+use crate::db::{publish_hook, Db};
+use crate::error::DbError;
+use crate::layout::{doc_key, prefix_end};
+use crate::triggers::def::{TriggerDef, TRIGGERS_MAX};
+use crate::triggers::registry::Registry;
+use crate::triggers::task::{dead_prefix, queue_prefix, Task, TaskId};
+use crate::write::{apply, prepare, ApplyCtx, CommitOutcome, Write};
+use herald_storage::{ReadTxn, Table, Ticket, WriteTxn};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Most writes one trigger task may commit (a fan-out to many followers is one task).
+pub const TASK_WRITES_MAX: usize = 10_000;
+/// Most dead letters moved or deleted per storage job.
+pub const DEAD_CHUNK_MAX: usize = 500;
+/// Most dead letters one listing returns.
+pub const DEAD_LIST_MAX: usize = 1000;
+
+const META_TRIGGER_PREFIX: &[u8] = b"trigger\0";
+const META_TRIGGER_UID: &[u8] = b"trigger_uid";
+
+fn meta_key(name: &str) -> Vec<u8> {
+    let mut k = META_TRIGGER_PREFIX.to_vec();
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// A document version a task read, to be re-checked when the task commits.
+#[derive(Debug, Clone)]
+pub struct ReadCheck {
+    pub collection: String,
+    pub id: String,
+    /// 0 when the document did not exist.
+    pub version: u64,
+}
+
+/// How completing a task ended.
+#[derive(Debug)]
+pub enum TaskDone {
+    /// The task's writes (if any) committed and the task left its queue.
+    Done(Option<CommitOutcome>),
+    /// The task was no longer queued (its trigger was deleted, or it already ran).
+    Gone,
+}
+
+/// How failing a task ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TaskFailed {
+    /// It stays queued and runs again at this time (ms since the epoch).
+    Retry {
+        not_before_ms: u64,
+    },
+    /// It used up its attempts and moved to the dead letters.
+    Dead,
+    Gone,
+}
+
+/// Loads the stored definitions and counts each queue and dead-letter list.
+pub(crate) fn load(read: &ReadTxn) -> Result<Registry, DbError> {
+    let mut defs = BTreeMap::new();
+    for entry in read.prefix(Table::Meta, META_TRIGGER_PREFIX)? {
+        let (_, v) = entry?;
+        let mut def: TriggerDef = serde_json::from_slice(&v)
+            .map_err(|e| DbError::Corrupt(format!("trigger definition: {e}")))?;
+        def.prepare()?;
+        defs.insert(def.name.clone(), def);
+    }
+    let registry = Registry::new(defs);
+    for def in registry.defs().iter() {
+        let stats = registry.stats(def.uid);
+        let count = |p: Vec<u8>| read.prefix(Table::Tasks, &p).map(|r| r.count() as i64);
+        stats
+            .pending
+            .store(count(queue_prefix(def.uid))?, Ordering::Release);
+        stats
+            .dead
+            .store(count(dead_prefix(def.uid))?, Ordering::Release);
+    }
+    Ok(registry)
+}
+
+impl Db {
+    /// The trigger definitions and their counters.
+    pub fn triggers(&self) -> &Registry {
+        &self.inner.triggers
+    }
+
+    /// Creates or replaces a trigger. A replaced trigger keeps its queue (pending tasks run
+    /// with the new definition). Returns the stored definition and whether it was created.
+    pub fn put_trigger(&self, mut def: TriggerDef) -> Result<(Arc<TriggerDef>, bool), DbError> {
+        let inner = Arc::clone(&self.inner);
+        let ticket = self.inner.store.submit(move |txn: &mut WriteTxn<'_>| {
+            let key = meta_key(&def.name);
+            let created = match txn.get(Table::Meta, &key)? {
+                Some(old) => {
+                    let old: TriggerDef = serde_json::from_slice(&old)
+                        .map_err(|e| DbError::Corrupt(format!("trigger definition: {e}")))?;
+                    def.uid = old.uid;
+                    false
+                }
+                None => {
+                    if inner.triggers.defs().len() >= TRIGGERS_MAX {
+                        return Err(DbError::LimitExceeded(format!(
+                            "a database may have at most {TRIGGERS_MAX} triggers"
+                        )));
+                    }
+                    def.uid = txn.get_u64(Table::Meta, META_TRIGGER_UID)?.unwrap_or(0) + 1;
+                    txn.put_u64(Table::Meta, META_TRIGGER_UID.to_vec(), def.uid)?;
+                    true
+                }
+            };
+            txn.put(
+                Table::Meta,
+                key,
+                serde_json::to_vec(&def).expect("trigger JSON"),
+            )?;
+            let stored = Arc::new(def);
+            let (reg, d) = (Arc::clone(&inner), Arc::clone(&stored));
+            txn.on_commit(move || {
+                let mut defs: Vec<TriggerDef> = reg
+                    .triggers
+                    .defs()
+                    .iter()
+                    .filter(|x| x.name != d.name)
+                    .map(|x| (**x).clone())
+                    .collect();
+                defs.push((*d).clone());
+                reg.triggers.replace(defs);
+                reg.triggers.wake();
+            });
+            Ok::<_, DbError>((stored, created))
+        })?;
+        Ok(ticket.wait()?)
+    }
+
+    /// Deletes a trigger, its queue and its dead letters (those in the background).
+    pub fn delete_trigger(&self, name: &str) -> Result<(), DbError> {
+        let inner = Arc::clone(&self.inner);
+        let name = name.to_string();
+        let uid = self
+            .inner
+            .store
+            .submit(move |txn: &mut WriteTxn<'_>| {
+                let key = meta_key(&name);
+                let Some(old) = txn.get(Table::Meta, &key)? else {
+                    return Err(DbError::TriggerNotFound(name));
+                };
+                let old: TriggerDef = serde_json::from_slice(&old)
+                    .map_err(|e| DbError::Corrupt(format!("trigger definition: {e}")))?;
+                txn.delete(Table::Meta, key);
+                let uid = old.uid;
+                txn.on_commit(move || {
+                    let defs = inner.triggers.defs();
+                    inner.triggers.replace(
+                        defs.iter()
+                            .filter(|x| x.uid != uid)
+                            .map(|x| (**x).clone())
+                            .collect(),
+                    );
+                    inner.triggers.forget(uid);
+                    inner.triggers.wake();
+                });
+                Ok(uid)
+            })?
+            .wait()?;
+        self.spawn_delete_prefix(Table::Tasks, queue_prefix(uid));
+        self.spawn_delete_prefix(Table::Tasks, dead_prefix(uid));
+        Ok(())
+    }
+
+    fn trigger(&self, name: &str) -> Result<Arc<TriggerDef>, DbError> {
+        self.inner
+            .triggers
+            .get(name)
+            .ok_or_else(|| DbError::TriggerNotFound(name.to_string()))
+    }
+
+    /// Up to `max` queued tasks of the trigger `uid` in queue order, after `after` if given.
+    pub fn load_tasks(
+        &self,
+        uid: u64,
+        after: Option<TaskId>,
+        max: usize,
+    ) -> Result<Vec<(TaskId, Task)>, DbError> {
+        let read = self.inner.store.read()?;
+        let prefix = queue_prefix(uid);
+        let start = match after {
+            Some(id) => {
+                let mut k = id.queue_key();
+                k.push(0);
+                k
+            }
+            None => prefix.clone(),
+        };
+        let end = prefix_end(&prefix);
+        let mut out = Vec::new();
+        for entry in read.range(Table::Tasks, start.as_slice()..end.as_slice())? {
+            let (k, v) = entry?;
+            out.push((TaskId::from_key(&k)?, Task::decode(&v)?));
+            if out.len() >= max {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Commits a task's writes and removes it from its queue, atomically. Fails with
+    /// `task_conflict` (nothing applied) if a document the task read has changed since.
+    /// The writes may fire further triggers, one level deeper.
+    pub fn complete_task(
+        &self,
+        id: TaskId,
+        mut writes: Vec<Write>,
+        reads: Vec<ReadCheck>,
+    ) -> Result<Ticket<TaskDone, DbError>, DbError> {
+        if !writes.is_empty() {
+            prepare(&mut writes, &self.inner.settings.limits, TASK_WRITES_MAX)?;
+        }
+        let inner = Arc::clone(&self.inner);
+        Ok(self.inner.store.submit(move |txn: &mut WriteTxn<'_>| {
+            let key = id.queue_key();
+            let Some(bytes) = txn.get(Table::Tasks, &key)? else {
+                return Ok(TaskDone::Gone);
+            };
+            let task = Task::decode(&bytes)?;
+            for r in &reads {
+                let now = txn
+                    .get(Table::Docs, &doc_key(&r.collection, &r.id))?
+                    .map_or(0, |b| crate::layout::doc_version(&b));
+                if now != r.version {
+                    return Err(DbError::TaskConflict {
+                        collection: r.collection.clone(),
+                        id: r.id.clone(),
+                    });
+                }
+            }
+            txn.delete(Table::Tasks, key);
+            let outcome = if writes.is_empty() {
+                None
+            } else {
+                let ctx = ApplyCtx {
+                    catalog: &inner.catalog,
+                    settings: &inner.settings,
+                    triggers: &inner.triggers,
+                    depth: task.depth,
+                    now_ms: crate::db::now_ms(),
+                };
+                Some(apply(txn, &writes, &ctx)?)
+            };
+            let publish = outcome.as_ref().map(|o| publish_hook(&inner, o));
+            let db = Arc::clone(&inner);
+            txn.on_commit(move || {
+                if let Some(p) = publish {
+                    p();
+                }
+                let stats = db.triggers.stats(id.uid);
+                stats.pending.fetch_sub(1, Ordering::AcqRel);
+                stats.executed.fetch_add(1, Ordering::Relaxed);
+            });
+            Ok(TaskDone::Done(outcome))
+        })?)
+    }
+
+    /// Records a failed attempt: the task is retried at `retry_at_ms`, or, once it has failed
+    /// `max_attempts` times, becomes a dead letter that keeps `error`.
+    pub fn fail_task(
+        &self,
+        id: TaskId,
+        error: String,
+        max_attempts: u32,
+        retry_at_ms: u64,
+    ) -> Result<Ticket<TaskFailed, DbError>, DbError> {
+        let inner = Arc::clone(&self.inner);
+        Ok(self.inner.store.submit(move |txn: &mut WriteTxn<'_>| {
+            let key = id.queue_key();
+            let Some(bytes) = txn.get(Table::Tasks, &key)? else {
+                return Ok(TaskFailed::Gone);
+            };
+            let mut task = Task::decode(&bytes)?;
+            task.attempts += 1;
+            task.last_error = Some(error.clone());
+            let dead = task.attempts >= max_attempts;
+            let result = if dead {
+                txn.delete(Table::Tasks, key);
+                txn.put(Table::Tasks, id.dead_key(), task.encode())?;
+                TaskFailed::Dead
+            } else {
+                task.not_before_ms = retry_at_ms;
+                txn.put(Table::Tasks, key, task.encode())?;
+                TaskFailed::Retry {
+                    not_before_ms: retry_at_ms,
+                }
+            };
+            txn.on_commit(move || {
+                let stats = inner.triggers.stats(id.uid);
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+                stats.record_error(crate::db::now_ms(), id.label(), error);
+                if dead {
+                    stats.pending.fetch_sub(1, Ordering::AcqRel);
+                    stats.dead.fetch_add(1, Ordering::AcqRel);
+                }
+            });
+            Ok(result)
+        })?)
+    }
+
+    /// Dead letters of a trigger in queue order, after the task label `after` if given.
+    pub fn dead_letters(
+        &self,
+        name: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Value>, DbError> {
+        let def = self.trigger(name)?;
+        let prefix = dead_prefix(def.uid);
+        let start = match after {
+            Some(label) => {
+                let mut k = TaskId::parse_label(def.uid, label)
+                    .ok_or_else(|| bad_label(label))?
+                    .dead_key();
+                k.push(0);
+                k
+            }
+            None => prefix.clone(),
+        };
+        let end = prefix_end(&prefix);
+        let read = self.inner.store.read()?;
+        let mut out = Vec::new();
+        for entry in read
+            .range(Table::Tasks, start.as_slice()..end.as_slice())?
+            .take(limit.min(DEAD_LIST_MAX))
+        {
+            let (k, v) = entry?;
+            out.push(task_json(TaskId::from_key(&k)?, &Task::decode(&v)?));
+        }
+        Ok(out)
+    }
+
+    /// Moves dead letters (all, or those labelled in `ids`) back into the queue with their
+    /// attempts reset. Returns how many moved.
+    pub fn retry_dead(&self, name: &str, ids: Option<Vec<String>>) -> Result<u64, DbError> {
+        self.move_dead(name, ids, true)
+    }
+
+    /// Deletes dead letters (all, or those labelled in `ids`). Returns how many.
+    pub fn purge_dead(&self, name: &str, ids: Option<Vec<String>>) -> Result<u64, DbError> {
+        self.move_dead(name, ids, false)
+    }
+
+    fn move_dead(
+        &self,
+        name: &str,
+        ids: Option<Vec<String>>,
+        requeue: bool,
+    ) -> Result<u64, DbError> {
+        let def = self.trigger(name)?;
+        let uid = def.uid;
+        let mut listed: Option<Vec<TaskId>> = match ids {
+            None => None,
+            Some(labels) => Some(
+                labels
+                    .iter()
+                    .map(|l| TaskId::parse_label(uid, l).ok_or_else(|| bad_label(l)))
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
+        let mut total = 0;
+        loop {
+            let chunk: Option<Vec<TaskId>> = listed.as_mut().map(|l| {
+                let rest = l.split_off(l.len().min(DEAD_CHUNK_MAX));
+                std::mem::replace(l, rest)
+            });
+            let inner = Arc::clone(&self.inner);
+            let (moved, more) = self
+                .inner
+                .store
+                .submit(move |txn: &mut WriteTxn<'_>| {
+                    let keys: Vec<Vec<u8>> = match &chunk {
+                        Some(ids) => ids.iter().map(TaskId::dead_key).collect(),
+                        None => txn
+                            .prefix(Table::Tasks, &dead_prefix(uid))?
+                            .take(DEAD_CHUNK_MAX)
+                            .map(|e| e.map(|(k, _)| k))
+                            .collect::<Result<_, _>>()?,
+                    };
+                    let more = chunk.is_none() && keys.len() == DEAD_CHUNK_MAX;
+                    let mut moved = 0i64;
+                    for key in keys {
+                        let Some(bytes) = txn.get(Table::Tasks, &key)? else {
+                            continue;
+                        };
+                        txn.delete(Table::Tasks, key.clone());
+                        if requeue {
+                            let mut task = Task::decode(&bytes)?;
+                            task.attempts = 0;
+                            task.not_before_ms = 0;
+                            txn.put(
+                                Table::Tasks,
+                                TaskId::from_key(&key)?.queue_key(),
+                                task.encode(),
+                            )?;
+                        }
+                        moved += 1;
+                    }
+                    txn.on_commit(move || {
+                        let stats = inner.triggers.stats(uid);
+                        stats.dead.fetch_sub(moved, Ordering::AcqRel);
+                        if requeue {
+                            stats.pending.fetch_add(moved, Ordering::AcqRel);
+                            inner.triggers.wake();
+                        }
+                    });
+                    Ok::<_, DbError>((moved as u64, more))
+                })?
+                .wait()?;
+            total += moved;
+            let listed_left = listed.as_ref().is_some_and(|l| !l.is_empty());
+            if !(more || listed_left) {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// A trigger's definition with its queue and counters, as `GET /v1/triggers/{name}` shows.
+    pub fn trigger_status(&self, name: &str) -> Result<Value, DbError> {
+        let def = self.trigger(name)?;
+        let stats = self.inner.triggers.stats(def.uid);
+        let read = self.inner.store.read()?;
+        let oldest = match read.prefix(Table::Tasks, &queue_prefix(def.uid))?.next() {
+            Some(entry) => {
+                let (_, v) = entry?;
+                let task = Task::decode(&v)?;
+                Some(crate::db::now_ms().saturating_sub(task.created_ms))
+            }
+            None => None,
+        };
+        let mut out = def.to_json();
+        out["pending"] = json!(stats.pending.load(Ordering::Acquire).max(0));
+        out["oldestPendingAgeMs"] = json!(oldest);
+        out["dead"] = json!(stats.dead.load(Ordering::Acquire).max(0));
+        out["executed"] = json!(stats.executed.load(Ordering::Relaxed));
+        out["failed"] = json!(stats.failed.load(Ordering::Relaxed));
+        out["conflicts"] = json!(stats.conflicts.load(Ordering::Relaxed));
+        out["recentErrors"] = stats
+            .recent_errors()
+            .into_iter()
+            .map(|e| json!({"atMs": e.at_ms, "task": e.task, "message": e.message}))
+            .collect();
+        Ok(out)
+    }
+}
+
+fn bad_label(label: &str) -> DbError {
+    DbError::BadRequest(format!(
+        "'{}' is not a task id (expected \"seq.n\")",
+        label.escape_debug()
+    ))
+}
+
+/// A task as the API shows it.
+pub fn task_json(id: TaskId, task: &Task) -> Value {
+    json!({
+        "task": id.label(), "seq": task.seq, "collection": task.collection, "id": task.id,
+        "op": task.op, "before": task.before, "after": task.after, "depth": task.depth,
+        "attempts": task.attempts, "createdMs": task.created_ms, "lastError": task.last_error,
+    })
+}
