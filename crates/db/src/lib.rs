@@ -29,7 +29,7 @@ pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};
 pub use herald_storage::{Durability, Ticket, WriteError as WriteFailure};
 pub use indexer::{COMPOSITE_ENTRIES_PER_DOC_MAX, INDEX_ENTRIES_PER_DOC_MAX};
 pub use names::{
-    check_collection, check_segment, split_document_path, COLLECTION_PATH_BYTES_MAX,
+    check_collection, check_segment, generate_id, split_document_path, COLLECTION_PATH_BYTES_MAX,
     SEGMENT_BYTES_MAX,
 };
 pub use write::{Change, ChangeOp, CommitOutcome, Write, WriteResult, COMMIT_WRITES_MAX};

@@ -47,6 +47,9 @@ pub const ERROR_CODES: &[(&str, u16, &str)] = &[
     ("index_exists", 409, "an index with this name exists"),
     ("index_not_found", 404, "no index with this name"),
     // Server and storage
+    ("bad_trigger", 400, "malformed trigger definition"),
+    ("script_compile", 400, "a trigger's function is not a JavaScript function expression"),
+    ("trigger_not_found", 404, "no trigger with this name"),
     ("overloaded", 503, "the write queue is full; retry later"),
     ("shutting_down", 503, "the server is shutting down"),
     ("storage_closed", 503, "the store is closed"),

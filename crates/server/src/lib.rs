@@ -9,6 +9,7 @@ pub mod api;
 pub mod bench;
 pub mod bench_live;
 pub mod state;
+pub mod triggers;
 
 use herald_db::{Db, DbOptions};
 use state::AppState;
@@ -21,6 +22,7 @@ pub struct ServeConfig {
     pub data: PathBuf,
     pub listen: SocketAddr,
     pub db: DbOptions,
+    pub triggers: triggers::TriggerOptions,
 }
 
 /// Opens the database, binds, and serves until `shutdown` completes. Calls `on_bound` with the
@@ -42,6 +44,7 @@ pub async fn serve(
     on_bound(listener.local_addr().map_err(|e| e.to_string())?);
     let state = AppState::new(db.clone());
     let live = state.live.clone();
+    let mut trigger_service = triggers::TriggerService::start(db.clone(), config.triggers.clone());
     let app = api::router(state);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
@@ -50,6 +53,8 @@ pub async fn serve(
     // The engine holds a database handle; stop it (and drop ours) so the close below is the
     // last one and makes everything durable, in nosync mode too.
     tokio::task::spawn_blocking(move || {
+        trigger_service.stop();
+        drop(trigger_service);
         live.stop();
         drop(live);
         db.close()

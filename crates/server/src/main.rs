@@ -97,6 +97,18 @@ enum Command {
         /// Commit-log records older than this many seconds are pruned.
         #[arg(long, default_value_t = 86_400)]
         log_retention_secs: u64,
+        /// Trigger tasks run at once.
+        #[arg(long, default_value_t = herald::triggers::WORKERS_DEFAULT)]
+        trigger_workers: usize,
+        /// Time limit of one JavaScript trigger invocation, in milliseconds.
+        #[arg(long, default_value_t = herald_script::TIME_MS_MAX)]
+        trigger_time_ms: u64,
+        /// Memory limit of one JavaScript trigger invocation, in MiB.
+        #[arg(long, default_value_t = (herald_script::MEMORY_BYTES_MAX >> 20) as u64)]
+        trigger_memory_mib: u64,
+        /// Time a webhook has to answer, in milliseconds.
+        #[arg(long, default_value_t = herald::triggers::WEBHOOK_TIMEOUT_MS_DEFAULT)]
+        webhook_timeout_ms: u64,
     },
 }
 
@@ -160,6 +172,10 @@ fn main() {
             durability,
             log_retention_count,
             log_retention_secs,
+            trigger_workers,
+            trigger_time_ms,
+            trigger_memory_mib,
+            webhook_timeout_ms,
         } => {
             if !listen.ip().is_loopback() && !insecure_public {
                 eprintln!(
@@ -180,6 +196,16 @@ fn main() {
                     log_retention_count,
                     log_retention_age: Duration::from_secs(log_retention_secs),
                     ..DbOptions::default()
+                },
+                triggers: herald::triggers::TriggerOptions {
+                    workers: trigger_workers.max(1),
+                    script: herald_script::Limits {
+                        time_ms_max: trigger_time_ms,
+                        memory_bytes_max: (trigger_memory_mib as usize) << 20,
+                        ..herald_script::Limits::default()
+                    },
+                    webhook_timeout: Duration::from_millis(webhook_timeout_ms),
+                    ..Default::default()
                 },
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -413,7 +413,7 @@ impl Db {
                         stats.dead.fetch_sub(moved, Ordering::AcqRel);
                         if requeue {
                             stats.pending.fetch_add(moved, Ordering::AcqRel);
-                            inner.triggers.wake();
+                            inner.triggers.requeued();
                         }
                     });
                     Ok::<_, DbError>((moved as u64, more))

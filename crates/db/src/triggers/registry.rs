@@ -62,6 +62,9 @@ pub struct Registry {
     defs: RwLock<Arc<Vec<Arc<TriggerDef>>>>,
     stats: Mutex<HashMap<u64, Arc<TriggerStats>>>,
     listener: RwLock<Option<Listener>>,
+    /// Bumped whenever dead letters move back into a queue, possibly behind what a reader of
+    /// the queue has already passed.
+    requeues: AtomicU64,
 }
 
 impl Registry {
@@ -107,6 +110,15 @@ impl Registry {
         for &uid in uids {
             self.stats(uid).pending.fetch_add(1, Ordering::AcqRel);
         }
+        self.wake();
+    }
+
+    pub fn requeues(&self) -> u64 {
+        self.requeues.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn requeued(&self) {
+        self.requeues.fetch_add(1, Ordering::AcqRel);
         self.wake();
     }
 

@@ -7,7 +7,9 @@ pub mod docs;
 pub mod error;
 pub mod indexes;
 pub mod live;
+pub mod metrics;
 pub mod query;
+pub mod triggers;
 pub mod writes;
 
 use crate::state::AppState;
@@ -51,6 +53,17 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/indexes", post(indexes::create).get(indexes::list))
         .route("/v1/indexes/exemptions", put(indexes::exemptions))
         .route("/v1/indexes/{name}", axum::routing::delete(indexes::drop))
+        .route("/v1/triggers", get(triggers::list))
+        .route(
+            "/v1/triggers/{name}",
+            put(triggers::put)
+                .get(triggers::get)
+                .delete(triggers::delete),
+        )
+        .route("/v1/triggers/{name}/dead", get(triggers::dead))
+        .route("/v1/triggers/{name}/dead/retry", post(triggers::retry))
+        .route("/v1/triggers/{name}/dead/purge", post(triggers::purge))
+        .route("/metrics", get(metrics::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

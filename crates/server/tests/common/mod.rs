@@ -146,10 +146,20 @@ impl Server {
 
     /// Starts a server on `dir` (its `data` subdirectory), e.g. one a stopped server used.
     pub async fn start_in(dir: TempDir, db: DbOptions) -> Server {
+        Server::start_full(dir, db, Default::default()).await
+    }
+
+    /// Starts a server on `dir` with the given trigger worker options.
+    pub async fn start_full(
+        dir: TempDir,
+        db: DbOptions,
+        triggers: herald::triggers::TriggerOptions,
+    ) -> Server {
         let config = ServeConfig {
             data: dir.path().join("data"),
             listen: "127.0.0.1:0".parse().expect("address"),
             db,
+            triggers,
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (bound_tx, bound_rx) = oneshot::channel::<SocketAddr>();

@@ -1,0 +1,133 @@
+//! `GET /metrics`: Prometheus text exposition of the commit sequence, the storage writer and
+//! every trigger's queue (pending, oldest pending age, dead letters, executed, failed).
+
+use crate::state::AppState;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+/// A label value escaped as the exposition format requires.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+pub async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
+    let db = st.db.clone();
+    let body = tokio::task::spawn_blocking(move || render(&db))
+        .await
+        .unwrap_or_default();
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        body,
+    )
+}
+
+fn render(db: &herald_db::Db) -> String {
+    let mut out = String::with_capacity(4096);
+    family(
+        &mut out,
+        "herald_seq",
+        "gauge",
+        "The last committed sequence number.",
+    );
+    let _ = writeln!(out, "herald_seq {}", db.seq());
+    let m = db.storage_metrics();
+    for (name, help, v) in [
+        (
+            "herald_storage_commits_total",
+            "Group commits (one fsync each in fsync mode).",
+            m.commits,
+        ),
+        (
+            "herald_storage_commit_failures_total",
+            "Group commits that failed.",
+            m.commit_failures,
+        ),
+        (
+            "herald_storage_jobs_committed_total",
+            "Write jobs committed.",
+            m.jobs_committed,
+        ),
+        (
+            "herald_storage_jobs_failed_total",
+            "Write jobs refused (their writes discarded).",
+            m.jobs_failed,
+        ),
+    ] {
+        family(&mut out, name, "counter", help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+    let defs = db.triggers().defs();
+    let statuses: Vec<serde_json::Value> = defs
+        .iter()
+        .filter_map(|d| db.trigger_status(&d.name).ok())
+        .collect();
+    let gauges: [(&str, &str, &str, &str, f64); 5] = [
+        (
+            "herald_trigger_pending_tasks",
+            "gauge",
+            "Tasks waiting in the trigger's queue.",
+            "pending",
+            1.0,
+        ),
+        (
+            "herald_trigger_oldest_pending_age_seconds",
+            "gauge",
+            "Age of the oldest queued task.",
+            "oldestPendingAgeMs",
+            0.001,
+        ),
+        (
+            "herald_trigger_dead_letters",
+            "gauge",
+            "Tasks that used up their attempts.",
+            "dead",
+            1.0,
+        ),
+        (
+            "herald_trigger_executed_total",
+            "counter",
+            "Tasks completed since the server started.",
+            "executed",
+            1.0,
+        ),
+        (
+            "herald_trigger_failed_total",
+            "counter",
+            "Failed task attempts since the server started.",
+            "failed",
+            1.0,
+        ),
+    ];
+    for (name, kind, help, field, scale) in gauges {
+        family(&mut out, name, kind, help);
+        for s in &statuses {
+            let v = s[field].as_f64().unwrap_or(0.0) * scale;
+            let n = label(s["name"].as_str().unwrap_or_default());
+            let _ = writeln!(out, "{name}{{trigger=\"{n}\"}} {v}");
+        }
+    }
+    family(
+        &mut out,
+        "herald_trigger_conflicts_total",
+        "counter",
+        "Task runs re-done because what they read changed.",
+    );
+    for d in defs.iter() {
+        let c = db.triggers().stats(d.uid).conflicts.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "herald_trigger_conflicts_total{{trigger=\"{}\"}} {c}",
+            label(&d.name)
+        );
+    }
+    out
+}

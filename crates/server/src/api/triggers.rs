@@ -1,0 +1,164 @@
+//! Trigger management: `PUT/GET/DELETE /v1/triggers/{name}`, `GET /v1/triggers`, and the dead
+//! letters of a trigger: `GET .../dead`, `POST .../dead/retry`, `POST .../dead/purge`.
+
+use crate::api::body::read_json;
+use crate::api::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use axum::body::Body;
+use axum::extract::{Path, Query as UrlQuery, State};
+use axum::http::StatusCode;
+use axum::Json;
+use herald_db::triggers::{Action, TriggerDef, DEAD_LIST_MAX};
+use herald_db::DbError;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+
+/// Largest trigger definition body (the source limit plus room for JSON escaping).
+const BODY_MAX: usize = 1 << 20;
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::new("internal", e.to_string()))?
+}
+
+pub async fn put(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    body: Body,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let body = read_json(body, BODY_MAX).await?;
+    let def = TriggerDef::parse(&name, &body)?;
+    let db = st.db.clone();
+    let (stored, created) = blocking(move || {
+        if let Action::Function(source) = &def.action {
+            // Refuse source that is not a function expression now, not at the first task.
+            let mut sandbox = herald_script::Sandbox::new(herald_script::Limits::default())
+                .map_err(|e| ApiError::new("internal", e.to_string()))?;
+            sandbox
+                .check(source)
+                .map_err(|e| ApiError::new("script_compile", e.to_string()))?;
+        }
+        Ok(db.put_trigger(def)?)
+    })
+    .await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(stored.to_json())))
+}
+
+pub async fn get(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    let db = st.db.clone();
+    Ok(Json(blocking(move || Ok(db.trigger_status(&name)?)).await?))
+}
+
+pub async fn list(State(st): State<AppState>) -> ApiResult<Json<Value>> {
+    let db = st.db.clone();
+    let all = blocking(move || {
+        let defs = db.triggers().defs();
+        let mut out = Vec::with_capacity(defs.len());
+        for d in defs.iter() {
+            match db.trigger_status(&d.name) {
+                Ok(s) => out.push(s),
+                // Deleted between the listing and the lookup.
+                Err(DbError::TriggerNotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        out.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        Ok(out)
+    })
+    .await?;
+    Ok(Json(json!({ "triggers": all })))
+}
+
+pub async fn delete(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let db = st.db.clone();
+    let n = name.clone();
+    blocking(move || Ok(db.delete_trigger(&n)?)).await?;
+    Ok(Json(json!({ "deleted": name })))
+}
+
+pub async fn dead(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    UrlQuery(params): UrlQuery<HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
+    let limit = match params.get("limit") {
+        None => 100,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=DEAD_LIST_MAX).contains(n))
+            .ok_or_else(|| {
+                ApiError::new(
+                    "bad_request",
+                    format!("limit must be an integer from 1 to {DEAD_LIST_MAX}"),
+                )
+            })?,
+    };
+    let after = params.get("after").cloned();
+    let db = st.db.clone();
+    let letters = blocking(move || Ok(db.dead_letters(&name, after.as_deref(), limit)?)).await?;
+    Ok(Json(json!({ "deadLetters": letters })))
+}
+
+/// `{"tasks": ["seq.n", ...]}` selects dead letters; an empty body or no `tasks` means all.
+async fn selection(body: Body) -> ApiResult<Option<Vec<String>>> {
+    let bytes = crate::api::body::read_bytes(body, BODY_MAX).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let v = crate::api::body::parse_json(&bytes, "body")?;
+    let bad = || {
+        ApiError::new(
+            "bad_request",
+            "expected {\"tasks\": [\"seq.n\", ...]} or no body",
+        )
+    };
+    let Value::Object(m) = v else {
+        return Err(bad());
+    };
+    if m.keys().any(|k| k != "tasks") {
+        return Err(bad());
+    }
+    match m.get("tasks") {
+        None => Ok(None),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|t| t.as_str().map(str::to_string).ok_or_else(bad))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        Some(_) => Err(bad()),
+    }
+}
+
+pub async fn retry(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    body: Body,
+) -> ApiResult<Json<Value>> {
+    let ids = selection(body).await?;
+    let db = st.db.clone();
+    let n = blocking(move || Ok(db.retry_dead(&name, ids)?)).await?;
+    Ok(Json(json!({ "retried": n })))
+}
+
+pub async fn purge(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    body: Body,
+) -> ApiResult<Json<Value>> {
+    let ids = selection(body).await?;
+    let db = st.db.clone();
+    let n = blocking(move || Ok(db.purge_dead(&name, ids)?)).await?;
+    Ok(Json(json!({ "purged": n })))
+}

@@ -1,0 +1,247 @@
+//! The dispatcher: one thread that reads the trigger queues and hands runnable tasks to a
+//! bounded pool of workers, keeping each document's tasks in commit order.
+//!
+//! Per trigger it holds a window of at most [`WINDOW_MAX`] queued tasks, loaded in queue
+//! (= commit) order. A pass walks each window from the front and dispatches a task unless a
+//! task for the same document (collection, id) of the same trigger is still in flight, waits
+//! for its retry time, or was skipped earlier in this pass: so the tasks of one document run
+//! one at a time in commit order, while tasks of different documents run in parallel. Tasks
+//! beyond the window wait their turn, so ordering holds across window loads too.
+//!
+//! The dispatcher never writes; workers complete or fail tasks through the database and report
+//! back. At most `workers` tasks are in flight, which also bounds the completion channel.
+
+use crate::triggers::exec::{self, now_ms, Outcome};
+use crate::triggers::TriggerOptions;
+use herald_db::triggers::{Action, Task, TaskId, TriggerDef};
+use herald_db::Db;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Most queued tasks held in memory per trigger.
+pub const WINDOW_MAX: usize = 1024;
+/// Longest the dispatcher sleeps without a wake-up (a safety net; wake-ups are explicit).
+const IDLE_WAIT_MS_MAX: u64 = 1000;
+
+#[derive(Default)]
+struct Signal {
+    wake: bool,
+    stop: bool,
+}
+
+/// Wakes the dispatcher thread (from commit hooks, workers and shutdown).
+#[derive(Default)]
+pub struct Bell {
+    signal: Mutex<Signal>,
+    cv: Condvar,
+}
+
+impl Bell {
+    pub fn ring(&self) {
+        self.signal.lock().expect("bell lock").wake = true;
+        self.cv.notify_one();
+    }
+
+    pub fn stop(&self) {
+        self.signal.lock().expect("bell lock").stop = true;
+        self.cv.notify_one();
+    }
+
+    /// Waits for a ring, a stop or the timeout; returns false once stopped.
+    fn wait(&self, timeout: Duration) -> bool {
+        let mut s = self.signal.lock().expect("bell lock");
+        if !s.wake && !s.stop {
+            s = self.cv.wait_timeout(s, timeout).expect("bell lock").0;
+        }
+        s.wake = false;
+        !s.stop
+    }
+}
+
+pub struct Completion {
+    pub uid: u64,
+    pub id: TaskId,
+    pub outcome: Outcome,
+}
+
+struct Window {
+    def: Arc<TriggerDef>,
+    tasks: BTreeMap<TaskId, Task>,
+    /// The last task loaded; the next load starts after it.
+    loaded_upto: Option<TaskId>,
+    in_flight: HashSet<TaskId>,
+}
+
+pub struct Dispatcher {
+    pub db: Db,
+    pub bell: Arc<Bell>,
+    pub opts: Arc<TriggerOptions>,
+    pub runtime: tokio::runtime::Handle,
+    pub http: reqwest::Client,
+    pub done_tx: Sender<Completion>,
+    pub done_rx: Receiver<Completion>,
+}
+
+impl Dispatcher {
+    pub fn run(self) {
+        let mut windows: BTreeMap<u64, Window> = BTreeMap::new();
+        let mut in_flight = 0usize;
+        let mut requeues = self.db.triggers().requeues();
+        let mut start = 0usize;
+        loop {
+            while let Ok(c) = self.done_rx.try_recv() {
+                in_flight -= 1;
+                if let Some(w) = windows.get_mut(&c.uid) {
+                    w.in_flight.remove(&c.id);
+                    match c.outcome {
+                        Outcome::Finished => {
+                            w.tasks.remove(&c.id);
+                        }
+                        Outcome::Retry { not_before_ms } => {
+                            if let Some(t) = w.tasks.get_mut(&c.id) {
+                                t.attempts += 1;
+                                t.not_before_ms = not_before_ms;
+                            }
+                        }
+                    }
+                }
+            }
+            // Follow the definitions: new triggers get a window, deleted ones lose theirs,
+            // replaced ones run their pending tasks with the new definition.
+            let defs = self.db.triggers().defs();
+            windows.retain(|uid, _| defs.iter().any(|d| d.uid == *uid));
+            for def in defs.iter() {
+                windows
+                    .entry(def.uid)
+                    .or_insert_with(|| Window {
+                        def: def.clone(),
+                        tasks: BTreeMap::new(),
+                        loaded_upto: None,
+                        in_flight: HashSet::new(),
+                    })
+                    .def = def.clone();
+            }
+            // Dead letters moved back into a queue may sit before a window's load point.
+            let now_requeues = self.db.triggers().requeues();
+            if now_requeues != requeues {
+                requeues = now_requeues;
+                for w in windows.values_mut() {
+                    let flying = std::mem::take(&mut w.in_flight);
+                    w.tasks.retain(|id, _| flying.contains(id));
+                    w.in_flight = flying;
+                    w.loaded_upto = None;
+                }
+            }
+            for (uid, w) in windows.iter_mut() {
+                self.refill(*uid, w);
+            }
+            // Rotate the starting trigger so one busy queue cannot starve the others.
+            let mut next_wake = now_ms() + IDLE_WAIT_MS_MAX;
+            let uids: Vec<u64> = windows.keys().copied().collect();
+            for k in 0..uids.len() {
+                if in_flight >= self.opts.workers {
+                    break;
+                }
+                let uid = uids[(start + k) % uids.len()];
+                let w = windows.get_mut(&uid).expect("listed");
+                let (sent, wake) = self.pass(uid, w, self.opts.workers - in_flight);
+                in_flight += sent;
+                next_wake = next_wake.min(wake);
+            }
+            start = start.wrapping_add(1);
+            let wait = next_wake.saturating_sub(now_ms()).max(1);
+            if !self.bell.wait(Duration::from_millis(wait)) {
+                break;
+            }
+        }
+        // Let running tasks finish so they do not outlive the database handle by much; a
+        // task cut short is simply run again after a restart (its effects apply once).
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while in_flight > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.done_rx.recv_timeout(left) {
+                Ok(_) => in_flight -= 1,
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn refill(&self, uid: u64, w: &mut Window) {
+        if w.tasks.len() >= WINDOW_MAX {
+            return;
+        }
+        match self
+            .db
+            .load_tasks(uid, w.loaded_upto, WINDOW_MAX - w.tasks.len())
+        {
+            Ok(loaded) => {
+                for (id, task) in loaded {
+                    w.loaded_upto = Some(id);
+                    // A reset window reloads tasks that are still running; keep those as is.
+                    w.tasks.entry(id).or_insert(task);
+                }
+            }
+            Err(e) => eprintln!("herald: reading the queue of trigger {}: {e}", w.def.name),
+        }
+    }
+
+    /// Dispatches up to `free` runnable tasks of one window; returns how many, and the
+    /// earliest retry time of a task it had to skip.
+    fn pass(&self, uid: u64, w: &mut Window, free: usize) -> (usize, u64) {
+        let now = now_ms();
+        let mut next_wake = u64::MAX;
+        let mut blocked: HashSet<(&str, &str)> = HashSet::new();
+        let mut chosen = Vec::new();
+        for (id, task) in &w.tasks {
+            if chosen.len() >= free {
+                break;
+            }
+            let key = (task.collection.as_str(), task.id.as_str());
+            if !blocked.insert(key) {
+                continue;
+            }
+            if w.in_flight.contains(id) {
+                continue;
+            }
+            if task.not_before_ms > now {
+                next_wake = next_wake.min(task.not_before_ms);
+                continue;
+            }
+            chosen.push(*id);
+        }
+        for id in &chosen {
+            w.in_flight.insert(*id);
+            let task = w.tasks[id].clone();
+            self.spawn(uid, w.def.clone(), *id, task);
+        }
+        (chosen.len(), next_wake)
+    }
+
+    fn spawn(&self, uid: u64, def: Arc<TriggerDef>, id: TaskId, task: Task) {
+        let (db, opts, done, bell) = (
+            self.db.clone(),
+            self.opts.clone(),
+            self.done_tx.clone(),
+            self.bell.clone(),
+        );
+        let report = move |outcome| {
+            let _ = done.send(Completion { uid, id, outcome });
+            bell.ring();
+        };
+        match &def.action {
+            Action::Function(_) => {
+                self.runtime.spawn_blocking(move || {
+                    report(exec::run_function(&db, &def, id, &task, &opts));
+                });
+            }
+            Action::Webhook { .. } => {
+                let http = self.http.clone();
+                self.runtime.spawn(async move {
+                    report(exec::run_webhook(db, http, def, id, task, opts).await);
+                });
+            }
+        }
+    }
+}

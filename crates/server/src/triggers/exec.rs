@@ -1,0 +1,190 @@
+//! Running one task: a JavaScript function in the worker thread's sandbox, or a webhook POST;
+//! then completing it (its writes and its removal, atomically) or recording the failure with
+//! an exponential, jittered backoff.
+
+use crate::triggers::host::TaskHost;
+use crate::triggers::TriggerOptions;
+use herald_db::triggers::{Action, Task, TaskDone, TaskFailed, TaskId, TriggerDef};
+use herald_db::{Db, DbError};
+use herald_script::Sandbox;
+use rand::Rng;
+use serde_json::json;
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+
+/// How often a task that conflicts with concurrent writes is re-run at once before the
+/// conflict counts as a failed attempt.
+pub const CONFLICT_RERUNS_MAX: u32 = 8;
+
+/// What happened to a dispatched task, for the dispatcher's in-memory window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Completed, or no longer queued: it leaves the window.
+    Finished,
+    /// Failed; runs again at this time.
+    Retry { not_before_ms: u64 },
+}
+
+thread_local! {
+    // One sandbox (one QuickJS runtime) per worker thread: creating a runtime per task would
+    // cost more than most tasks. Each run still gets a fresh context.
+    static SANDBOX: RefCell<Option<Sandbox>> = const { RefCell::new(None) };
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The delay before attempt `attempts + 1`: base * 2^attempts, capped, with "equal jitter"
+/// (half fixed, half random) so failing tasks do not retry in lockstep.
+pub fn backoff_ms(attempts: u32, opts: &TriggerOptions) -> u64 {
+    let full = opts
+        .backoff_base_ms
+        .saturating_mul(1u64 << attempts.min(32))
+        .min(opts.backoff_max_ms)
+        .max(1);
+    full / 2 + rand::thread_rng().gen_range(0..=full / 2)
+}
+
+/// Runs a function task to the end (blocking: call on a blocking thread).
+pub fn run_function(
+    db: &Db,
+    def: &TriggerDef,
+    id: TaskId,
+    task: &Task,
+    opts: &TriggerOptions,
+) -> Outcome {
+    let Action::Function(source) = &def.action else {
+        unreachable!("run_function is only dispatched for function triggers");
+    };
+    let event = task.event();
+    for _ in 0..=CONFLICT_RERUNS_MAX {
+        let ran = SANDBOX.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            if slot.is_none() {
+                *slot = Some(
+                    Sandbox::new(opts.script).map_err(|e| format!("{}: {e}", e.code()))?,
+                );
+            }
+            let sandbox = slot.as_mut().expect("just set");
+            let mut host = TaskHost::new(db);
+            sandbox
+                .run(source, &event, &mut host)
+                .map_err(|e| format!("{}: {e}", e.code()))?;
+            Ok::<_, String>(host.finish())
+        });
+        let (writes, reads) = match ran {
+            Ok(parts) => parts,
+            Err(message) => return fail(db, def, id, task, message, opts),
+        };
+        let done = db
+            .complete_task(id, writes, reads)
+            .and_then(|t| t.wait().map_err(DbError::from));
+        match done {
+            Ok(TaskDone::Done(_)) | Ok(TaskDone::Gone) => return Outcome::Finished,
+            Err(DbError::TaskConflict { .. }) => {
+                db.triggers()
+                    .stats(id.uid)
+                    .conflicts
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => return fail(db, def, id, task, format!("{}: {e}", e.code()), opts),
+        }
+    }
+    let message = format!(
+        "task_conflict: the documents this task reads kept changing ({} runs)",
+        CONFLICT_RERUNS_MAX + 1
+    );
+    fail(db, def, id, task, message, opts)
+}
+
+/// Posts a webhook task's event (at least once: a crash between the POST and the dequeue
+/// repeats it, with the same `Idempotency-Key`).
+pub async fn run_webhook(
+    db: Db,
+    client: reqwest::Client,
+    def: std::sync::Arc<TriggerDef>,
+    id: TaskId,
+    task: Task,
+    opts: std::sync::Arc<TriggerOptions>,
+) -> Outcome {
+    let Action::Webhook { url, headers } = &def.action else {
+        unreachable!("run_webhook is only dispatched for webhook triggers");
+    };
+    let body = json!({
+        "trigger": def.name, "task": id.label(), "attempt": task.attempts + 1, "event": task.event(),
+    });
+    let mut request = client
+        .post(url)
+        .timeout(opts.webhook_timeout)
+        .header("Idempotency-Key", idempotency_key(&def.name, id))
+        .json(&body);
+    for (k, v) in headers {
+        request = request.header(k.as_str(), v.as_str().unwrap_or_default());
+    }
+    let failure = match request.send().await {
+        Ok(resp) if resp.status().is_success() => {
+            match db.complete_task(id, Vec::new(), Vec::new()) {
+                Ok(ticket) => match ticket.await {
+                    Ok(_) => return Outcome::Finished,
+                    Err(e) => {
+                        let e = DbError::from(e);
+                        format!("{}: {e}", e.code())
+                    }
+                },
+                Err(e) => format!("{}: {e}", e.code()),
+            }
+        }
+        Ok(resp) => format!(
+            "webhook_status: {url} answered HTTP {}",
+            resp.status().as_u16()
+        ),
+        Err(e) if e.is_timeout() => format!("webhook_timeout: {url} did not answer in time"),
+        Err(e) => format!("webhook_error: {e}"),
+    };
+    let db2 = db.clone();
+    let (def2, task2) = (def.clone(), task.clone());
+    tokio::task::spawn_blocking(move || fail(&db2, &def2, id, &task2, failure, &opts))
+        .await
+        .unwrap_or(Outcome::Retry {
+            not_before_ms: now_ms() + 1000,
+        })
+}
+
+/// Stable for the task's whole life (all attempts, restarts and re-queues).
+pub fn idempotency_key(trigger: &str, id: TaskId) -> String {
+    format!("{trigger}:{}:{}.{}", id.uid, id.seq, id.n)
+}
+
+/// Records a failed attempt (blocking).
+fn fail(
+    db: &Db,
+    def: &TriggerDef,
+    id: TaskId,
+    task: &Task,
+    message: String,
+    opts: &TriggerOptions,
+) -> Outcome {
+    let retry_at = now_ms() + backoff_ms(task.attempts, opts);
+    let recorded = db
+        .fail_task(id, message, def.max_attempts, retry_at)
+        .and_then(|t| t.wait().map_err(DbError::from));
+    match recorded {
+        Ok(TaskFailed::Retry { not_before_ms }) => Outcome::Retry { not_before_ms },
+        Ok(TaskFailed::Dead) | Ok(TaskFailed::Gone) => Outcome::Finished,
+        // The failure could not be recorded (storage trouble): the task is still queued with
+        // its old state; try it again after the backoff.
+        Err(e) => {
+            eprintln!(
+                "herald: recording a failure of trigger {} task {}: {e}",
+                def.name,
+                id.label()
+            );
+            Outcome::Retry {
+                not_before_ms: retry_at,
+            }
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Trigger workers: the dispatcher thread that reads the durable trigger queues, the bounded
+//! pool that runs tasks (JavaScript in the sandbox on blocking threads, webhooks on the async
+//! runtime), retries with backoff, and shutdown.
+//!
+//! The queues themselves, and the exactly-once completion of a task, are the database's
+//! (`herald_db::triggers`); this module only decides what runs when. See docs/triggers.md.
+
+pub mod dispatch;
+pub mod exec;
+pub mod host;
+
+use dispatch::{Bell, Dispatcher};
+use herald_db::Db;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Default number of tasks run at once.
+pub const WORKERS_DEFAULT: usize = 4;
+/// Default time a webhook has to answer.
+pub const WEBHOOK_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+
+#[derive(Debug, Clone)]
+pub struct TriggerOptions {
+    /// Tasks run at once (JavaScript and webhooks together); at least 1.
+    pub workers: usize,
+    pub script: herald_script::Limits,
+    pub webhook_timeout: Duration,
+    /// First retry delay; doubles per failed attempt, up to `backoff_max_ms` (with jitter).
+    pub backoff_base_ms: u64,
+    pub backoff_max_ms: u64,
+}
+
+impl Default for TriggerOptions {
+    fn default() -> Self {
+        TriggerOptions {
+            workers: WORKERS_DEFAULT,
+            script: herald_script::Limits::default(),
+            webhook_timeout: Duration::from_millis(WEBHOOK_TIMEOUT_MS_DEFAULT),
+            backoff_base_ms: 200,
+            backoff_max_ms: 60_000,
+        }
+    }
+}
+
+/// The running trigger workers of one database.
+pub struct TriggerService {
+    bell: Arc<Bell>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl TriggerService {
+    /// Starts the dispatcher; it picks up tasks left in the queues by an earlier run at once.
+    pub fn start(db: Db, opts: TriggerOptions) -> TriggerService {
+        let bell = Arc::new(Bell::default());
+        let ring = bell.clone();
+        db.triggers().set_listener(move || ring.ring());
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let dispatcher = Dispatcher {
+            db,
+            bell: bell.clone(),
+            opts: Arc::new(TriggerOptions {
+                workers: opts.workers.max(1),
+                ..opts
+            }),
+            runtime: tokio::runtime::Handle::current(),
+            http: reqwest::Client::new(),
+            done_tx,
+            done_rx,
+        };
+        let thread = std::thread::Builder::new()
+            .name("herald-triggers".into())
+            .spawn(move || dispatcher.run())
+            .expect("spawn the trigger dispatcher");
+        TriggerService {
+            bell,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops dispatching and waits (a few seconds at most) for running tasks. Blocking.
+    pub fn stop(&mut self) {
+        self.bell.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for TriggerService {
+    fn drop(&mut self) {
+        self.bell.stop();
+    }
+}
