@@ -64,9 +64,7 @@ pub fn run_function(
         let ran = SANDBOX.with(|cell| {
             let mut slot = cell.borrow_mut();
             if slot.is_none() {
-                *slot = Some(
-                    Sandbox::new(opts.script).map_err(|e| format!("{}: {e}", e.code()))?,
-                );
+                *slot = Some(Sandbox::new(opts.script).map_err(|e| format!("{}: {e}", e.code()))?);
             }
             let sandbox = slot.as_mut().expect("just set");
             let mut host = TaskHost::new(db);
