@@ -62,14 +62,9 @@ async fn dead(s: &Server, name: &str) -> Vec<Value> {
     v["deadLetters"].as_array().unwrap().clone()
 }
 
-const FANOUT: &str = r#"function (event, db) {
-    const tweet = event.after;
-    const followers = db.query({collection: "follows", filter: {followee: tweet.by}});
-    for (const f of followers) {
-        db.put("timelines/" + f.follower + "/entries", event.id, {by: tweet.by, text: tweet.text});
-    }
-    db.update("users", tweet.by, {$inc: {tweets: 1}});
-}"#;
+/// The Twitter example's triggers (examples/twitter), so the example stays true.
+const FANOUT: &str = include_str!("../../../examples/twitter/fanout.js");
+const UNFOLLOW: &str = include_str!("../../../examples/twitter/unfollow.js");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_function_trigger_fans_out_tweets() {
@@ -121,6 +116,23 @@ async fn a_function_trigger_fans_out_tweets() {
         (Some(5), Some(0))
     );
     assert!(st["oldestPendingAgeMs"].is_null());
+
+    // Unfollowing removes the followee's tweets from the timeline.
+    define(
+        &s,
+        "unfollow",
+        json!({"collection": "follows", "on": ["delete"], "function": UNFOLLOW}),
+    )
+    .await;
+    s.send(s.req(Method::DELETE, "/v1/docs/follows/cy-ann"))
+        .await
+        .ok(200);
+    eventually("the unfollow", || async {
+        status(&s, "unfollow").await["executed"] == 1
+    })
+    .await;
+    let cy = s.query(json!({"collection": "timelines/cy/entries"})).await;
+    assert_eq!(cy["docs"], json!([]));
     s.stop().await;
 }
 

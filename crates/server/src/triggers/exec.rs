@@ -70,7 +70,11 @@ pub fn run_function(
             let mut host = TaskHost::new(db);
             sandbox
                 .run(source, &event, &mut host)
-                .map_err(|e| format!("{}: {e}", e.code()))?;
+                .map_err(|e| match e {
+                    // A database call the function let escape: report the database's own code.
+                    herald_script::ScriptError::Host(h) => format!("{}: {}", h.code, h.message),
+                    other => format!("{}: {other}", other.code()),
+                })?;
             Ok::<_, String>(host.finish())
         });
         let (writes, reads) = match ran {
