@@ -188,6 +188,23 @@ impl Db {
         after: Option<TaskId>,
         max: usize,
     ) -> Result<Vec<(TaskId, Task)>, DbError> {
+        Ok(self
+            .load_tasks_bounded(uid, after, max, usize::MAX)?
+            .into_iter()
+            .map(|(id, task, _)| (id, task))
+            .collect())
+    }
+
+    /// Like [`load_tasks`](Db::load_tasks), and also stops once the stored size of the tasks
+    /// loaded reaches `bytes_max` (at least one task is returned if any is queued). Each task
+    /// comes with its stored size.
+    pub fn load_tasks_bounded(
+        &self,
+        uid: u64,
+        after: Option<TaskId>,
+        max: usize,
+        bytes_max: usize,
+    ) -> Result<Vec<(TaskId, Task, usize)>, DbError> {
         let read = self.inner.store.read()?;
         let prefix = queue_prefix(uid);
         let start = match after {
@@ -200,12 +217,14 @@ impl Db {
         };
         let end = prefix_end(&prefix);
         let mut out = Vec::new();
+        let mut bytes = 0usize;
         for entry in read.range(Table::Tasks, start.as_slice()..end.as_slice())? {
-            let (k, v) = entry?;
-            out.push((TaskId::from_key(&k)?, Task::decode(&v)?));
-            if out.len() >= max {
+            if out.len() >= max || (bytes >= bytes_max && !out.is_empty()) {
                 break;
             }
+            let (k, v) = entry?;
+            bytes += v.len();
+            out.push((TaskId::from_key(&k)?, Task::decode(&v)?, v.len()));
         }
         Ok(out)
     }

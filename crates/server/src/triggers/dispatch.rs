@@ -22,6 +22,9 @@ use std::time::Duration;
 
 /// Most queued tasks held in memory per trigger.
 pub const WINDOW_MAX: usize = 1024;
+/// Most bytes of queued tasks (stored size, before- and after-images included) held in memory
+/// per trigger; at least one task is always held.
+pub const WINDOW_BYTES_MAX: usize = 32 << 20;
 /// Longest the dispatcher sleeps without a wake-up (a safety net; wake-ups are explicit).
 const IDLE_WAIT_MS_MAX: u64 = 1000;
 
@@ -68,7 +71,9 @@ pub struct Completion {
 
 struct Window {
     def: Arc<TriggerDef>,
-    tasks: BTreeMap<TaskId, Task>,
+    /// Each task with its stored size.
+    tasks: BTreeMap<TaskId, (Task, usize)>,
+    bytes: usize,
     /// The last task loaded; the next load starts after it.
     loaded_upto: Option<TaskId>,
     in_flight: HashSet<TaskId>,
@@ -97,10 +102,12 @@ impl Dispatcher {
                     w.in_flight.remove(&c.id);
                     match c.outcome {
                         Outcome::Finished => {
-                            w.tasks.remove(&c.id);
+                            if let Some((_, size)) = w.tasks.remove(&c.id) {
+                                w.bytes -= size;
+                            }
                         }
                         Outcome::Retry { not_before_ms } => {
-                            if let Some(t) = w.tasks.get_mut(&c.id) {
+                            if let Some((t, _)) = w.tasks.get_mut(&c.id) {
                                 t.attempts += 1;
                                 t.not_before_ms = not_before_ms;
                             }
@@ -118,6 +125,7 @@ impl Dispatcher {
                     .or_insert_with(|| Window {
                         def: def.clone(),
                         tasks: BTreeMap::new(),
+                        bytes: 0,
                         loaded_upto: None,
                         in_flight: HashSet::new(),
                     })
@@ -130,6 +138,7 @@ impl Dispatcher {
                 for w in windows.values_mut() {
                     let flying = std::mem::take(&mut w.in_flight);
                     w.tasks.retain(|id, _| flying.contains(id));
+                    w.bytes = w.tasks.values().map(|(_, size)| size).sum();
                     w.in_flight = flying;
                     w.loaded_upto = None;
                 }
@@ -194,7 +203,7 @@ impl Dispatcher {
         let mut next_wake = u64::MAX;
         let mut blocked: HashSet<(&str, &str)> = HashSet::new();
         let mut chosen = Vec::new();
-        for (id, task) in &w.tasks {
+        for (id, (task, _)) in &w.tasks {
             if chosen.len() >= free {
                 break;
             }
@@ -213,7 +222,7 @@ impl Dispatcher {
         }
         for id in &chosen {
             w.in_flight.insert(*id);
-            let task = w.tasks[id].clone();
+            let task = w.tasks[id].0.clone();
             self.spawn(uid, w.def.clone(), *id, task);
         }
         (chosen.len(), next_wake)
