@@ -15,6 +15,7 @@ use crate::triggers::exec::{self, now_ms, Outcome};
 use crate::triggers::TriggerOptions;
 use herald_db::triggers::{Action, Task, TaskId, TriggerDef};
 use herald_db::Db;
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
@@ -178,18 +179,24 @@ impl Dispatcher {
     }
 
     fn refill(&self, uid: u64, w: &mut Window) {
-        if w.tasks.len() >= WINDOW_MAX {
+        if w.tasks.len() >= WINDOW_MAX || w.bytes >= WINDOW_BYTES_MAX {
             return;
         }
-        match self
-            .db
-            .load_tasks(uid, w.loaded_upto, WINDOW_MAX - w.tasks.len())
-        {
+        let loaded = self.db.load_tasks_bounded(
+            uid,
+            w.loaded_upto,
+            WINDOW_MAX - w.tasks.len(),
+            WINDOW_BYTES_MAX - w.bytes,
+        );
+        match loaded {
             Ok(loaded) => {
-                for (id, task) in loaded {
+                for (id, task, size) in loaded {
                     w.loaded_upto = Some(id);
                     // A reset window reloads tasks that are still running; keep those as is.
-                    w.tasks.entry(id).or_insert(task);
+                    if let Entry::Vacant(slot) = w.tasks.entry(id) {
+                        slot.insert((task, size));
+                        w.bytes += size;
+                    }
                 }
             }
             Err(e) => eprintln!("herald: reading the queue of trigger {}: {e}", w.def.name),
