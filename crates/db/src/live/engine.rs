@@ -18,7 +18,7 @@ use crate::db::Db;
 use crate::error::DbError;
 use crate::live::diff::ChangeEvent;
 use crate::live::feed::Commit;
-use crate::live::matcher::Matcher;
+use crate::live::matcher::{Matcher, ViewId};
 use crate::live::view::{DocChange, LiveView, SLACK_DEFAULT};
 use herald_query::{Projection, Query};
 use serde_json::{json, Value};
@@ -63,6 +63,8 @@ struct Subscriber {
 }
 
 struct View {
+    /// The sharing key (`Engine::by_key` maps it back to this view's id).
+    key: String,
     collection: String,
     live: LiveView,
     subs: Vec<Subscriber>,
@@ -103,7 +105,9 @@ impl LiveEngine {
             .spawn(move || {
                 Engine {
                     shared: s,
-                    views: HashMap::new(),
+                    views: Vec::new(),
+                    free: Vec::new(),
+                    by_key: HashMap::new(),
                     matchers: HashMap::new(),
                     seq,
                 }
@@ -169,7 +173,12 @@ impl LiveEngine {
 
 struct Engine {
     shared: Arc<Shared>,
-    views: HashMap<String, View>,
+    /// Views by id, a slab: the matchers refer to views by these small ids, so matching
+    /// allocates nothing per view. Ids of dropped views are reused (`free`).
+    views: Vec<Option<View>>,
+    free: Vec<ViewId>,
+    /// Sharing key -> view id: identical queries share one view.
+    by_key: HashMap<String, ViewId>,
     /// Per collection, the predicate index over its views.
     matchers: HashMap<String, Matcher>,
     seq: u64,
@@ -225,21 +234,24 @@ impl Engine {
 
     fn remove(&mut self, mut doomed: impl FnMut(&Subscriber) -> bool) {
         let mut empty = Vec::new();
-        for (k, v) in self.views.iter_mut() {
+        for (id, slot) in self.views.iter_mut().enumerate() {
+            let Some(v) = slot else { continue };
             v.subs.retain(|s| !doomed(s));
             if v.subs.is_empty() {
-                empty.push(k.clone());
+                empty.push(id as ViewId);
             }
         }
-        for k in empty {
-            self.drop_view(&k);
+        for id in empty {
+            self.drop_view(id);
         }
     }
 
-    fn drop_view(&mut self, key: &str) {
-        if let Some(v) = self.views.remove(key) {
+    fn drop_view(&mut self, id: ViewId) {
+        if let Some(v) = self.views.get_mut(id as usize).and_then(Option::take) {
+            self.by_key.remove(&v.key);
+            self.free.push(id);
             if let Some(m) = self.matchers.get_mut(&v.collection) {
-                m.remove(key);
+                m.remove(id);
                 if m.is_empty() {
                     self.matchers.remove(&v.collection);
                 }
@@ -338,30 +350,39 @@ impl Engine {
         sink: Arc<dyn Sink>,
         send_initial: bool,
     ) {
-        if !self.views.contains_key(&key) {
-            match Self::top_at(db, &collection, &query, Self::fetch_size(&query), self.seq) {
+        let id = match self.by_key.get(&key) {
+            Some(&id) => id,
+            None => match Self::top_at(db, &collection, &query, Self::fetch_size(&query), self.seq)
+            {
                 Ok(docs) => {
                     let live = LiveView::new(query, SLACK_DEFAULT, docs, self.seq);
+                    let id = match self.free.pop() {
+                        Some(id) => id,
+                        None => {
+                            self.views.push(None);
+                            (self.views.len() - 1) as ViewId
+                        }
+                    };
                     self.matchers
                         .entry(collection.clone())
                         .or_default()
-                        .add(&key, &live.query().filter);
-                    self.views.insert(
-                        key.clone(),
-                        View {
-                            collection,
-                            live,
-                            subs: Vec::new(),
-                        },
-                    );
+                        .add(id, &live.query().filter);
+                    self.by_key.insert(key.clone(), id);
+                    self.views[id as usize] = Some(View {
+                        key,
+                        collection,
+                        live,
+                        subs: Vec::new(),
+                    });
+                    id
                 }
                 Err(e) => {
                     sink.send(error_msg(&sub, &e));
                     return;
                 }
-            }
-        }
-        let view = self.views.get_mut(&key).expect("inserted above");
+            },
+        };
+        let view = self.views[id as usize].as_mut().expect("a live id");
         if view.subs.len() >= SUBSCRIBERS_PER_VIEW_MAX {
             sink.send(error_msg(
                 &sub,
@@ -391,13 +412,15 @@ impl Engine {
                 // The engine fell behind the retained log (or the log is unreadable): every
                 // subscriber gets a reset and a fresh result at the newest seq.
                 let views = std::mem::take(&mut self.views);
+                self.free.clear();
+                self.by_key.clear();
                 self.matchers.clear();
                 self.seq = last;
                 self.shared.seq.store(last, Ordering::Release);
-                for (key, v) in views {
+                for v in views.into_iter().flatten() {
                     for s in v.subs {
                         if s.sink.send(json!({"type": "reset", "sub": s.sub, "reason": "the live-query engine fell behind the commit log"})) {
-                            self.attach(&db, s.sub, v.collection.clone(), v.live.query().clone(), key.clone(), s.sink, true);
+                            self.attach(&db, s.sub, v.collection.clone(), v.live.query().clone(), v.key.clone(), s.sink, true);
                         }
                     }
                 }
@@ -406,54 +429,45 @@ impl Engine {
     }
 
     fn process(&mut self, db: &Db, commit: &Commit) {
-        // Candidate views per change, from the predicate index probed with both images; views
-        // on a collection's scan list take all of its changes.
-        let mut per_view: HashMap<String, Vec<usize>> = HashMap::new();
+        let seq = commit.seq;
+        let matchers = &self.matchers;
+        let views = &mut self.views;
+        // Each collection's changes, for the views on its scan list (they take them all), and
+        // each indexed candidate's changes, from the predicate index probed with both images.
+        let mut by_collection: HashMap<&str, Vec<DocChange<'_>>> = HashMap::new();
+        let mut per_view: HashMap<ViewId, Vec<DocChange<'_>>> = HashMap::new();
         let mut cand = HashSet::new();
-        let mut touched: HashMap<&str, Vec<usize>> = HashMap::new();
-        for (i, ch) in commit.changes.iter().enumerate() {
-            let Some(m) = self.matchers.get(&ch.collection) else {
+        for ch in &commit.changes {
+            let Some(m) = matchers.get(&ch.collection) else {
                 continue;
             };
-            touched.entry(ch.collection.as_str()).or_default().push(i);
+            let change = (ch.id.as_str(), ch.before.as_ref(), ch.after.as_ref());
+            by_collection
+                .entry(ch.collection.as_str())
+                .or_default()
+                .push(change);
             cand.clear();
             for image in [&ch.before, &ch.after].into_iter().flatten() {
                 m.probe(image, &mut cand);
             }
-            for k in &cand {
-                per_view.entry(k.clone()).or_default().push(i);
+            for &id in &cand {
+                per_view.entry(id).or_default().push(change);
             }
         }
-        let mut scanned: Vec<(&String, &Vec<usize>)> = Vec::new();
-        for (coll, idx) in &touched {
-            if let Some(m) = self.matchers.get(*coll) {
-                scanned.extend(m.scanned().iter().map(|k| (k, idx)));
-            }
-        }
-        let scanned: Vec<(String, Vec<usize>)> = scanned
-            .into_iter()
-            .map(|(k, i)| (k.clone(), i.clone()))
-            .collect();
-        let per_view = per_view.into_iter().chain(scanned);
         let mut failed_conns = Vec::new();
         let mut broken = Vec::new();
-        for (key, idx) in per_view {
-            let Some(view) = self.views.get_mut(&key) else {
-                continue;
+        let mut deliver = |id: ViewId, changes: &[DocChange<'_>]| {
+            let Some(Some(view)) = views.get_mut(id as usize) else {
+                return;
             };
-            if view.live.seq() >= commit.seq {
-                continue;
+            if view.live.seq() >= seq {
+                return;
             }
-            let changes: Vec<DocChange<'_>> = idx
-                .iter()
-                .map(|&i| &commit.changes[i])
-                .map(|c| (c.id.as_str(), c.before.as_ref(), c.after.as_ref()))
-                .collect();
-            match apply_changes(db, &view.collection, &mut view.live, commit.seq, &changes) {
+            match apply_changes(db, &view.collection, &mut view.live, seq, changes) {
                 Ok(events) if events.is_empty() => {}
                 Ok(events) => {
                     for s in &view.subs {
-                        if !s.sink.send(changes_msg(&s.sub, commit.seq, &events)) {
+                        if !s.sink.send(changes_msg(&s.sub, seq, &events)) {
                             failed_conns.push(s.sink.conn());
                         }
                     }
@@ -462,12 +476,20 @@ impl Engine {
                     for s in &view.subs {
                         s.sink.send(error_msg(&s.sub, &e));
                     }
-                    broken.push(key.clone());
+                    broken.push(id);
                 }
             }
+        };
+        for (id, changes) in &per_view {
+            deliver(*id, changes);
         }
-        for k in broken {
-            self.drop_view(&k);
+        for (collection, changes) in &by_collection {
+            for &id in matchers[*collection].scanned() {
+                deliver(id, changes);
+            }
+        }
+        for id in broken {
+            self.drop_view(id);
         }
         if !failed_conns.is_empty() {
             self.remove(|s| failed_conns.contains(&s.sink.conn()));
@@ -483,7 +505,7 @@ fn apply_changes(
     seq: u64,
     changes: &[DocChange<'_>],
 ) -> Result<Vec<Value>, DbError> {
-    let query = view.query().clone();
+    let query = view.shared_query();
     let mut refill = |n: usize, s: u64| top_at(db, collection, &query, Some(n), s);
     let events: Vec<ChangeEvent> = view.apply(seq, changes, &mut refill)?;
     Ok(events.iter().map(ChangeEvent::to_json).collect())

@@ -17,6 +17,9 @@ use herald_value::{encode_key, FieldPath, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
 
+/// A view's handle in the engine: small and `Copy`, so probes and the scan list never allocate.
+pub type ViewId = u32;
+
 /// One view's entry: indexed under (path, values), or scanned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Slot {
@@ -37,7 +40,7 @@ enum Slot {
 #[derive(Default)]
 struct Ranges {
     parsed: Option<FieldPath>,
-    bounds: BTreeMap<Vec<u8>, HashSet<String>>,
+    bounds: BTreeMap<Vec<u8>, HashSet<ViewId>>,
     views: usize,
 }
 
@@ -56,28 +59,28 @@ impl Ranges {
         self.bounds.insert(at.to_vec(), covering);
     }
 
-    fn add(&mut self, key: &str, start: &[u8], end: &[u8]) {
+    fn add(&mut self, key: ViewId, start: &[u8], end: &[u8]) {
         self.split(start);
         self.split(end);
         for (_, set) in self
             .bounds
             .range_mut::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
         {
-            set.insert(key.to_string());
+            set.insert(key);
         }
         self.views += 1;
     }
 
-    fn remove(&mut self, key: &str, start: &[u8], end: &[u8]) {
+    fn remove(&mut self, key: ViewId, start: &[u8], end: &[u8]) {
         for (_, set) in self
             .bounds
             .range_mut::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
         {
-            set.remove(key);
+            set.remove(&key);
         }
         self.views -= 1;
         // Drop boundaries that no longer separate different sets.
-        let mut prev: Option<HashSet<String>> = None;
+        let mut prev: Option<HashSet<ViewId>> = None;
         let mut doomed = Vec::new();
         for (b, set) in &self.bounds {
             if prev.as_ref().map_or(set.is_empty(), |p| p == set) {
@@ -93,7 +96,7 @@ impl Ranges {
     /// Views whose range meets `[lo, hi]`. A document with one value probes a point; one with
     /// several (an array) probes the span from its smallest to its largest value, since its
     /// elements may satisfy a view's lower and upper bound separately.
-    fn probe(&self, lo: &[u8], hi: &[u8], out: &mut HashSet<String>) {
+    fn probe(&self, lo: &[u8], hi: &[u8], out: &mut HashSet<ViewId>) {
         let first = self
             .bounds
             .range::<[u8], _>((Bound::Unbounded, Bound::Included(lo)))
@@ -104,19 +107,21 @@ impl Ranges {
             None => Bound::Unbounded,
         };
         for (_, set) in self.bounds.range::<[u8], _>((from, Bound::Included(hi))) {
-            out.extend(set.iter().cloned());
+            out.extend(set.iter().copied());
         }
     }
 }
 
 #[derive(Default)]
 pub struct Matcher {
-    eq: HashMap<(String, Vec<u8>), HashSet<String>>,
+    eq: HashMap<(String, Vec<u8>), HashSet<ViewId>>,
     /// Indexed paths with how many views use them.
     paths: HashMap<String, (FieldPath, usize)>,
     ranges: HashMap<String, Ranges>,
-    scan: HashSet<String>,
-    slots: HashMap<String, Slot>,
+    /// Views no index covers, in a vector: every change of the collection is offered to each,
+    /// so iterating them must be cheap.
+    scan: Vec<ViewId>,
+    slots: HashMap<ViewId, Slot>,
 }
 
 fn indexable(v: &Value) -> bool {
@@ -198,7 +203,7 @@ fn equality_conjunct(e: &Expr) -> Option<(String, Vec<Vec<u8>>)> {
 }
 
 impl Matcher {
-    pub fn add(&mut self, key: &str, filter: &Filter) {
+    pub fn add(&mut self, key: ViewId, filter: &Filter) {
         let slot = match equality_conjunct(filter.expr()) {
             Some((path, values)) => {
                 let parsed = FieldPath::parse(&path).expect("a parsed filter's path is valid");
@@ -207,7 +212,7 @@ impl Matcher {
                     self.eq
                         .entry((path.clone(), v.clone()))
                         .or_default()
-                        .insert(key.to_string());
+                        .insert(key);
                 }
                 Slot::Eq { path, values }
             }
@@ -222,21 +227,21 @@ impl Matcher {
                     Slot::Range { path, start, end }
                 }
                 None => {
-                    self.scan.insert(key.to_string());
+                    self.scan.push(key);
                     Slot::Scan
                 }
             },
         };
-        self.slots.insert(key.to_string(), slot);
+        self.slots.insert(key, slot);
     }
 
-    pub fn remove(&mut self, key: &str) {
-        match self.slots.remove(key) {
+    pub fn remove(&mut self, key: ViewId) {
+        match self.slots.remove(&key) {
             Some(Slot::Eq { path, values }) => {
                 for v in values {
                     let k = (path.clone(), v);
                     if let Some(set) = self.eq.get_mut(&k) {
-                        set.remove(key);
+                        set.remove(&key);
                         if set.is_empty() {
                             self.eq.remove(&k);
                         }
@@ -258,7 +263,9 @@ impl Matcher {
                 }
             }
             Some(Slot::Scan) => {
-                self.scan.remove(key);
+                if let Some(i) = self.scan.iter().position(|v| *v == key) {
+                    self.scan.swap_remove(i);
+                }
             }
             None => {}
         }
@@ -269,13 +276,13 @@ impl Matcher {
     }
 
     /// The views no index covers: every change of the collection is a candidate for them.
-    pub fn scanned(&self) -> &HashSet<String> {
+    pub fn scanned(&self) -> &[ViewId] {
         &self.scan
     }
 
     /// Adds to `out` every indexed view the document image may match (see [`Matcher::scanned`]
     /// for the rest).
-    pub fn probe(&self, image: &Value, out: &mut HashSet<String>) {
+    pub fn probe(&self, image: &Value, out: &mut HashSet<ViewId>) {
         let Value::Object(doc) = image else { return };
         let mut enc = Vec::new();
         for (path, (parsed, _)) in &self.paths {
@@ -284,7 +291,7 @@ impl Matcher {
                     enc.clear();
                     encode_key(v, &mut enc);
                     if let Some(views) = self.eq.get(&(path.clone(), enc.clone())) {
-                        out.extend(views.iter().cloned());
+                        out.extend(views.iter().copied());
                     }
                 }
                 false
@@ -354,19 +361,19 @@ mod tests {
             let mut m = Matcher::default();
             let parsed: Vec<Filter> = filters.iter().map(|f| Filter::parse(f).unwrap()).collect();
             for (i, f) in parsed.iter().enumerate() {
-                m.add(&format!("v{i}"), f);
+                m.add(i as ViewId, f);
             }
             let mut cand = HashSet::new();
             m.probe(&before, &mut cand);
             m.probe(&after, &mut cand);
-            cand.extend(m.scanned().iter().cloned());
+            cand.extend(m.scanned().iter().copied());
             for (i, f) in parsed.iter().enumerate() {
                 if f.matches(&before) || f.matches(&after) {
-                    prop_assert!(cand.contains(&format!("v{i}")), "view {} {} missed", i, filters[i]);
+                    prop_assert!(cand.contains(&(i as ViewId)), "view {} {} missed", i, filters[i]);
                 }
             }
             for i in 0..parsed.len() {
-                m.remove(&format!("v{i}"));
+                m.remove(i as ViewId);
             }
             prop_assert!(m.is_empty() && m.eq.is_empty() && m.paths.is_empty() && m.scan.is_empty() && m.ranges.is_empty());
         }
@@ -377,15 +384,15 @@ mod tests {
         let mut m = Matcher::default();
         for i in 0..100 {
             m.add(
-                &format!("q{i}"),
+                i,
                 &Filter::parse(&json!({"random": {"$gte": i * 10, "$lt": i * 10 + 10}})).unwrap(),
             );
         }
         let mut c = HashSet::new();
         m.probe(&json!({"random": 425}), &mut c);
-        assert_eq!(c, HashSet::from(["q42".to_string()]));
+        assert_eq!(c, HashSet::from([42]));
         for i in 0..100 {
-            m.remove(&format!("q{i}"));
+            m.remove(i);
         }
         assert!(m.ranges.is_empty());
     }
@@ -393,13 +400,13 @@ mod tests {
     #[test]
     fn equality_views_are_found_by_value_only() {
         let mut m = Matcher::default();
-        m.add("r1", &Filter::parse(&json!({"room": "r1"})).unwrap());
+        m.add(1, &Filter::parse(&json!({"room": "r1"})).unwrap());
         m.add(
-            "r2",
+            2,
             &Filter::parse(&json!({"room": "r2", "n": {"$gt": 1}})).unwrap(),
         );
         let mut c = HashSet::new();
         m.probe(&json!({"room": "r2"}), &mut c);
-        assert_eq!(c, HashSet::from(["r2".to_string()]));
+        assert_eq!(c, HashSet::from([2]));
     }
 }

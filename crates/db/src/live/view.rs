@@ -31,7 +31,8 @@ impl<F: FnMut(usize, u64) -> Result<Vec<Value>, crate::DbError>> Refill for F {
 pub type DocChange<'a> = (&'a str, Option<&'a Value>, Option<&'a Value>);
 
 pub struct LiveView {
-    query: Query,
+    /// Shared so the engine can lend it to a refill while the view is borrowed mutably.
+    query: std::sync::Arc<Query>,
     slack: usize,
     /// The known prefix of the result: encoded sort key (ends with `_id`) -> document.
     items: BTreeMap<Vec<u8>, Value>,
@@ -48,7 +49,7 @@ impl LiveView {
     /// them for a query without limit), in result order.
     pub fn new(query: Query, slack: usize, initial: Vec<Value>, seq: u64) -> LiveView {
         let mut v = LiveView {
-            query,
+            query: std::sync::Arc::new(query),
             slack,
             items: BTreeMap::new(),
             keys: HashMap::new(),
@@ -76,6 +77,11 @@ impl LiveView {
 
     pub fn query(&self) -> &Query {
         &self.query
+    }
+
+    /// The query, shared (a reference count, not a copy).
+    pub fn shared_query(&self) -> std::sync::Arc<Query> {
+        self.query.clone()
     }
 
     fn capacity(&self) -> Option<usize> {
