@@ -17,6 +17,12 @@ pub struct Pattern {
     /// crate's does not. When the pattern uses `$` in that mode, a subject ending in "\n" is
     /// also tried without it.
     dollar_before_final_newline: bool,
+    /// A pattern that starts with `^` and a literal (`^user42`) can only match subjects that
+    /// start with that literal: a byte comparison rejects the rest without running the regex.
+    /// Live queries evaluate such filters against every write, so this is their hot path.
+    prefix: Option<Vec<u8>>,
+    /// The pattern is exactly `^literal`: the prefix comparison is the whole answer.
+    prefix_only: bool,
 }
 
 impl Pattern {
@@ -82,20 +88,62 @@ impl Pattern {
                 },
             })?;
         let dollar_before_final_newline = !m && ast.as_ref().is_ok_and(uses_end_line);
+        let (prefix, prefix_only) = anchored_prefix(source, i, m, s, x);
         Ok(Pattern {
             source: source.to_string(),
             options: options.to_string(),
             regex,
             dollar_before_final_newline,
+            prefix,
+            prefix_only,
         })
     }
 
     #[inline]
     pub fn is_match(&self, s: &str) -> bool {
+        if let Some(p) = &self.prefix {
+            // With `$` before a final newline, the shorter subject must start with the prefix
+            // too, so the check holds for both tries.
+            if !s.as_bytes().starts_with(p) {
+                return false;
+            }
+            if self.prefix_only {
+                return true;
+            }
+        }
         self.regex.is_match(s)
             || (self.dollar_before_final_newline
                 && s.ends_with('\n')
                 && self.regex.is_match(&s[..s.len() - 1]))
+    }
+}
+
+/// The literal every match must start with, for a pattern of the form `^literal...` (start of
+/// text, not of line), and whether the pattern is exactly that. Case-insensitive literals are
+/// classes, not literals, so they get no prefix.
+fn anchored_prefix(source: &str, i: bool, m: bool, s: bool, x: bool) -> (Option<Vec<u8>>, bool) {
+    use regex_syntax::hir::{HirKind, Look};
+    let Ok(hir) = regex_syntax::ParserBuilder::new()
+        .case_insensitive(i)
+        .multi_line(m)
+        .dot_matches_new_line(s)
+        .ignore_whitespace(x)
+        .build()
+        .parse(source)
+    else {
+        return (None, false);
+    };
+    let HirKind::Concat(parts) = hir.kind() else {
+        return (None, false);
+    };
+    match parts.as_slice() {
+        [start, lit, rest @ ..] if matches!(start.kind(), HirKind::Look(Look::Start)) => {
+            match lit.kind() {
+                HirKind::Literal(l) => (Some(l.0.to_vec()), rest.is_empty()),
+                _ => (None, false),
+            }
+        }
+        _ => (None, false),
     }
 }
 
@@ -152,6 +200,57 @@ mod tests {
             Pattern::compile("p", "a", "g").unwrap_err().code(),
             "bad_regex"
         );
+    }
+
+    #[test]
+    fn the_prefix_shortcut_agrees_with_the_regex() {
+        let subjects = [
+            "",
+            "k",
+            "k0000042x",
+            "k0000042xyz",
+            "k0000042",
+            "K0000042X",
+            "xk0000042x",
+            "k0000042x\n",
+            "ab\nk0000042x",
+            "abc",
+            "abcd\n",
+            "é€",
+            "k0000042x€",
+        ];
+        for (pattern, options, has_prefix) in [
+            ("^k0000042x", "", true),
+            ("^k0000042x$", "", true),
+            ("^k0000042x.*z", "", true),
+            ("^k0000042x", "i", false),
+            ("^k0000042x", "m", false),
+            ("^(k0000042x|abc)", "", false),
+            ("^abc$", "", true),
+            ("^é€", "", true),
+            ("k0000042x", "", false),
+            ("^a b c", "x", true),
+        ] {
+            let p = Pattern::compile("p", pattern, options).unwrap();
+            assert_eq!(p.prefix.is_some(), has_prefix, "{pattern} /{options}");
+            let plain = regex::RegexBuilder::new(pattern)
+                .case_insensitive(options.contains('i'))
+                .multi_line(options.contains('m'))
+                .ignore_whitespace(options.contains('x'))
+                .build()
+                .unwrap();
+            for subject in subjects {
+                let expected = plain.is_match(subject)
+                    || (p.dollar_before_final_newline
+                        && subject.ends_with('\n')
+                        && plain.is_match(&subject[..subject.len() - 1]));
+                assert_eq!(
+                    p.is_match(subject),
+                    expected,
+                    "{pattern} /{options} on {subject:?}"
+                );
+            }
+        }
     }
 
     #[test]
