@@ -456,7 +456,7 @@ impl Db {
             let next = self
                 .inner
                 .store
-                .submit(move |txn: &mut WriteTxn<'_>| {
+                .submit_background(move |txn: &mut WriteTxn<'_>| {
                     let end = crate::layout::prefix_end(&collection_prefix(&coll));
                     let mut batch = Vec::new();
                     for entry in txn
@@ -509,18 +509,21 @@ impl Db {
         let db = self.clone();
         std::thread::spawn(move || loop {
             let pfx = prefix.clone();
-            let done = db.inner.store.submit(move |txn: &mut WriteTxn<'_>| {
-                let keys: Vec<Vec<u8>> = txn
-                    .prefix(table, &pfx)?
-                    .take(BUILD_CHUNK_DOCS)
-                    .map(|e| e.map(|(k, _)| k))
-                    .collect::<Result<_, _>>()?;
-                let done = keys.len() < BUILD_CHUNK_DOCS;
-                for k in keys {
-                    txn.delete(table, k);
-                }
-                Ok::<_, DbError>(done)
-            });
+            let done = db
+                .inner
+                .store
+                .submit_background(move |txn: &mut WriteTxn<'_>| {
+                    let keys: Vec<Vec<u8>> = txn
+                        .prefix(table, &pfx)?
+                        .take(BUILD_CHUNK_DOCS)
+                        .map(|e| e.map(|(k, _)| k))
+                        .collect::<Result<_, _>>()?;
+                    let done = keys.len() < BUILD_CHUNK_DOCS;
+                    for k in keys {
+                        txn.delete(table, k);
+                    }
+                    Ok::<_, DbError>(done)
+                });
             match done.map(|t| t.wait()) {
                 Ok(Ok(false)) => continue,
                 _ => break,

@@ -33,6 +33,12 @@
 //!    ticket in order. If the transaction cannot be committed, every job of the batch (and
 //!    any not yet run) resolves to that [`StorageError`] and nothing of the batch is written.
 //!
+//! Jobs submitted with [`Store::submit_background`] (work no client waits on: trigger tasks,
+//! index builds) wait in a second queue and join a batch after its foreground jobs, only while
+//! the batch is younger than a small budget (at least one per batch, so they always progress).
+//! A backlog of background work therefore delays a client's write by about that budget plus
+//! one background job, not by the whole backlog.
+//!
 //! So a ticket never resolves before its writes are durable: acknowledged means durable. While
 //! one batch is being fsynced the next one queues up, which is where the batching comes from;
 //! no linger delay is added.
@@ -59,11 +65,14 @@
 //! |---|---|---|
 //! | jobs waiting in the submit queue | `StoreOptions::write_queue_max` | [`WRITE_QUEUE_MAX`] |
 //! | jobs in one batch (one transaction) | `StoreOptions::batch_max` | [`BATCH_MAX`] |
+//! | background jobs waiting | `StoreOptions::background_queue_max` | [`BACKGROUND_QUEUE_MAX`] |
+//! | background work per batch | `StoreOptions::background_batch_ms_max` | [`BACKGROUND_BATCH_MS_MAX`] |
 //! | redb page cache | `StoreOptions::cache_bytes_max` | [`CACHE_BYTES_MAX`] |
 //! | time a no-sync commit stays volatile | `StoreOptions::nosync_lag_ms_max` | [`NOSYNC_LAG_MS_MAX`] |
 //! | one key plus value | [`ENTRY_BYTES_MAX`] | 1 GiB |
 //!
-//! At most `write_queue_max + batch_max` jobs exist at once: queued plus in flight. A full
+//! At most `write_queue_max + background_queue_max + batch_max` jobs exist at once: queued plus
+//! in flight. A full
 //! queue blocks [`Store::submit`] and fails [`Store::try_submit`] with
 //! [`StorageError::Overloaded`]. A job's overlay holds what the job writes until it returns,
 //! so its size is the caller's to bound.
@@ -105,6 +114,12 @@ pub const WRITE_QUEUE_MAX: usize = 4096;
 /// Default bound on jobs per batch, i.e. per redb transaction and fsync.
 pub const BATCH_MAX: usize = 1024;
 
+/// Default bound on background jobs waiting for the writer.
+pub const BACKGROUND_QUEUE_MAX: usize = 1024;
+
+/// Default time budget, per batch, for background jobs after the foreground ones.
+pub const BACKGROUND_BATCH_MS_MAX: u64 = 4;
+
 /// Default size of redb's page cache, in bytes (redb's own default).
 pub const CACHE_BYTES_MAX: usize = 1 << 30;
 
@@ -136,6 +151,11 @@ pub struct StoreOptions {
     pub cache_bytes_max: usize,
     /// No-sync mode only: the longest a commit stays non-durable, in milliseconds.
     pub nosync_lag_ms_max: u64,
+    /// Background jobs that may wait for the writer; must be at least 1.
+    pub background_queue_max: usize,
+    /// How long a batch keeps taking background jobs after its foreground ones (at least one
+    /// background job is taken per batch whatever the budget).
+    pub background_batch_ms_max: u64,
 }
 
 impl Default for StoreOptions {
@@ -146,6 +166,8 @@ impl Default for StoreOptions {
             batch_max: BATCH_MAX,
             cache_bytes_max: CACHE_BYTES_MAX,
             nosync_lag_ms_max: NOSYNC_LAG_MS_MAX,
+            background_queue_max: BACKGROUND_QUEUE_MAX,
+            background_batch_ms_max: BACKGROUND_BATCH_MS_MAX,
         }
     }
 }
@@ -153,9 +175,9 @@ impl Default for StoreOptions {
 impl StoreOptions {
     fn validate(&self) -> Result<(), StorageError> {
         // A zero-capacity sync_channel is a rendezvous, and a zero batch would never commit.
-        if self.write_queue_max == 0 || self.batch_max == 0 {
+        if self.write_queue_max == 0 || self.batch_max == 0 || self.background_queue_max == 0 {
             return Err(StorageError::InvalidOptions(
-                "write_queue_max and batch_max must be at least 1".into(),
+                "write_queue_max, batch_max and background_queue_max must be at least 1".into(),
             ));
         }
         Ok(())

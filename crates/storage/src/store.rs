@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use crate::read::ReadTxn;
 use crate::tables::Table;
 use crate::write::WriteTxn;
-use crate::writer::{Job, Metrics, MetricsSnapshot, Ticket, TypedJob, Writer};
+use crate::writer::{Job, Metrics, MetricsSnapshot, Msg, Ticket, TypedJob, Writer};
 use crate::{StorageError, StoreOptions};
 
 /// The name of the one database file inside the store's directory.
@@ -22,7 +22,9 @@ pub const FILE_NAME: &str = "herald.redb";
 pub struct Store {
     db: Arc<redb::Database>,
     // `None` once closing has begun; dropping the sender is what tells the writer to finish.
-    queue: Option<SyncSender<Box<dyn Job>>>,
+    queue: Option<SyncSender<Msg>>,
+    /// Background jobs; bounded like the foreground queue.
+    background: Option<SyncSender<Box<dyn Job>>>,
     writer: Option<JoinHandle<Result<(), StorageError>>>,
     metrics: Arc<Metrics>,
     // The queue's capacity, reported in `Overloaded`.
@@ -72,9 +74,12 @@ impl Store {
         let db = Arc::new(db);
         let metrics = Arc::new(Metrics::default());
         let (queue, receiver) = mpsc::sync_channel(options.write_queue_max);
+        let (background, background_rx) = mpsc::sync_channel(options.background_queue_max);
         let writer = Writer {
             db: db.clone(),
             queue: receiver,
+            background: background_rx,
+            background_budget: std::time::Duration::from_millis(options.background_batch_ms_max),
             durability: options.durability,
             batch_max: options.batch_max,
             nosync_lag_max: std::time::Duration::from_millis(options.nosync_lag_ms_max),
@@ -86,6 +91,7 @@ impl Store {
         Ok(Store {
             db,
             queue: Some(queue),
+            background: Some(background),
             writer: Some(handle),
             metrics,
             write_queue_max: options.write_queue_max,
@@ -114,7 +120,30 @@ impl Store {
     {
         let (job, ticket) = package(job);
         let queue = self.queue.as_ref().ok_or(StorageError::Closed)?;
-        queue.send(job).map_err(|_| StorageError::Closed)?;
+        queue
+            .send(Msg::Job(job))
+            .map_err(|_| StorageError::Closed)?;
+        Ok(ticket)
+    }
+
+    /// Like [`submit`](Store::submit), for work no client is waiting on (trigger tasks, index
+    /// builds). Background jobs run after the queued foreground jobs of a batch, only while
+    /// the batch is younger than `background_batch_ms_max` (and at least one per batch), so a
+    /// backlog of background work delays a client's write by about that budget, not by the
+    /// whole backlog. Blocks while `background_queue_max` background jobs wait.
+    pub fn submit_background<F, T, E>(&self, job: F) -> Result<Ticket<T, E>, StorageError>
+    where
+        F: FnOnce(&mut WriteTxn<'_>) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let (job, ticket) = package(job);
+        let background = self.background.as_ref().ok_or(StorageError::Closed)?;
+        background.send(job).map_err(|_| StorageError::Closed)?;
+        // Wake a sleeping writer. A full foreground queue means it is busy and will look.
+        if let Some(queue) = &self.queue {
+            let _ = queue.try_send(Msg::Wake);
+        }
         Ok(ticket)
     }
 
@@ -128,7 +157,7 @@ impl Store {
     {
         let (job, ticket) = package(job);
         let queue = self.queue.as_ref().ok_or(StorageError::Closed)?;
-        queue.try_send(job).map_err(|err| match err {
+        queue.try_send(Msg::Job(job)).map_err(|err| match err {
             TrySendError::Full(_) => StorageError::Overloaded(self.write_queue_max),
             TrySendError::Disconnected(_) => StorageError::Closed,
         })?;
@@ -148,6 +177,7 @@ impl Store {
 
     fn shutdown(&mut self) -> Result<(), StorageError> {
         drop(self.queue.take());
+        drop(self.background.take());
         match self.writer.take() {
             None => Ok(()),
             Some(handle) => handle.join().unwrap_or_else(|_| {

@@ -9,7 +9,7 @@ use std::future::{Future, IntoFuture};
 use std::panic::{self, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -19,6 +19,13 @@ use crate::write::{BaseTables, Hook, WriteTxn};
 use crate::{Durability, StorageError, WriteError};
 
 type Reply<T, E> = Result<T, WriteError<E>>;
+
+/// What the foreground queue carries: a job, or a wake-up telling the writer that a background
+/// job is waiting (so the writer can sleep on one queue).
+pub(crate) enum Msg {
+    Job(Box<dyn Job>),
+    Wake,
+}
 
 /// A queued write, its result type erased so one queue carries every kind of job.
 pub(crate) trait Job: Send {
@@ -188,7 +195,11 @@ impl Metrics {
 /// The state of the one writer thread.
 pub(crate) struct Writer {
     pub(crate) db: Arc<redb::Database>,
-    pub(crate) queue: Receiver<Box<dyn Job>>,
+    pub(crate) queue: Receiver<Msg>,
+    /// Background jobs (trigger tasks, index builds): they fill a batch after the foreground
+    /// jobs, within `background_budget` of the batch's start, and at least one per batch.
+    pub(crate) background: Receiver<Box<dyn Job>>,
+    pub(crate) background_budget: Duration,
     pub(crate) durability: Durability,
     pub(crate) batch_max: usize,
     /// No-sync mode only: how long a commit may stay non-durable.
@@ -208,20 +219,40 @@ impl Writer {
         // No-sync mode: when the oldest commit not yet made durable was made.
         let mut volatile_since: Option<Instant> = None;
         let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(self.batch_max);
+        let mut foreground_open = true;
         loop {
-            // The deadline by which the volatile commits must be made durable, if any.
-            let deadline = volatile_since.and_then(|since| since.checked_add(self.nosync_lag_max));
-            let first = match deadline {
-                None => match self.queue.recv() {
-                    Ok(job) => job,
-                    Err(_) => break,
-                },
-                Some(deadline) => {
-                    match self
-                        .queue
-                        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                    {
-                        Ok(job) => job,
+            // Foreground first, then background; with neither, sleep on the foreground queue
+            // (a background submission also sends a `Wake` there).
+            let ready = loop {
+                match self.queue.try_recv() {
+                    Ok(Msg::Job(job)) => break Some(job),
+                    Ok(Msg::Wake) => continue,
+                    Err(TryRecvError::Empty) => break None,
+                    Err(TryRecvError::Disconnected) => {
+                        foreground_open = false;
+                        break None;
+                    }
+                }
+            };
+            let first = match ready.or_else(|| self.background.try_recv().ok()) {
+                Some(job) => job,
+                None if !foreground_open => break,
+                None => {
+                    // The deadline by which the volatile commits must be made durable, if any.
+                    let deadline =
+                        volatile_since.and_then(|since| since.checked_add(self.nosync_lag_max));
+                    let received = match deadline {
+                        None => self
+                            .queue
+                            .recv()
+                            .map_err(|_| RecvTimeoutError::Disconnected),
+                        Some(deadline) => self
+                            .queue
+                            .recv_timeout(deadline.saturating_duration_since(Instant::now())),
+                    };
+                    match received {
+                        Ok(Msg::Job(job)) => job,
+                        Ok(Msg::Wake) => continue,
                         Err(RecvTimeoutError::Timeout) => {
                             // On failure, try again after another lag period (redb refuses
                             // writes after an I/O error, so batches report it meanwhile).
@@ -231,14 +262,19 @@ impl Writer {
                             };
                             continue;
                         }
-                        Err(RecvTimeoutError::Disconnected) => break,
+                        // Closing: commit what the background queue still holds, then stop.
+                        Err(RecvTimeoutError::Disconnected) => {
+                            foreground_open = false;
+                            continue;
+                        }
                     }
                 }
             };
             batch.push(first);
             while batch.len() < self.batch_max {
                 match self.queue.try_recv() {
-                    Ok(job) => batch.push(job),
+                    Ok(Msg::Job(job)) => batch.push(job),
+                    Ok(Msg::Wake) => continue,
                     Err(_) => break,
                 }
             }
@@ -273,10 +309,17 @@ impl Writer {
     }
 
     /// Runs and commits one batch and resolves its tickets; returns whether it committed.
+    /// Background jobs join the batch after `batch` while the budget lasts.
     fn commit_batch(&self, batch: Vec<Box<dyn Job>>, durable: bool) -> bool {
-        let size = batch.len() as u64;
-        let mut jobs = batch.into_iter();
-        let mut ran = Vec::with_capacity(jobs.len());
+        let mut jobs = BatchJobs {
+            room: self.batch_max.saturating_sub(batch.len()),
+            fixed: batch.into_iter(),
+            background: &self.background,
+            until: Instant::now() + self.background_budget,
+            taken: 0,
+            closed: false,
+        };
+        let mut ran = Vec::with_capacity(self.batch_max.min(1024));
         let mut hooks = Vec::new();
         let durability = if durable {
             redb::Durability::Immediate
@@ -284,6 +327,9 @@ impl Writer {
             redb::Durability::None
         };
         let result = self.execute(&mut jobs, &mut ran, &mut hooks, durability);
+        // Jobs not run because of a failure are only those already in the batch.
+        jobs.closed = true;
+        let size = ran.len() as u64;
         let committed = result.is_ok();
         let failed = ran.iter().filter(|r| !r.ok).count() as u64;
         self.metrics.last_batch_size.store(size, Relaxed);
@@ -343,6 +389,36 @@ impl Writer {
         }
         txn.commit()?;
         Ok(())
+    }
+}
+
+/// The jobs of one batch: the foreground jobs taken up front, then background jobs pulled one
+/// at a time while the batch is younger than the budget (and at least one, so background work
+/// always progresses), up to `batch_max` in all.
+struct BatchJobs<'a> {
+    fixed: std::vec::IntoIter<Box<dyn Job>>,
+    background: &'a Receiver<Box<dyn Job>>,
+    until: Instant,
+    room: usize,
+    taken: usize,
+    /// Set once the batch is over: no more background jobs are pulled.
+    closed: bool,
+}
+
+impl Iterator for BatchJobs<'_> {
+    type Item = Box<dyn Job>;
+
+    fn next(&mut self) -> Option<Box<dyn Job>> {
+        if let Some(job) = self.fixed.next() {
+            return Some(job);
+        }
+        if self.closed || self.room == 0 || (self.taken > 0 && Instant::now() >= self.until) {
+            return None;
+        }
+        let job = self.background.try_recv().ok()?;
+        self.room -= 1;
+        self.taken += 1;
+        Some(job)
     }
 }
 

@@ -242,48 +242,52 @@ impl Db {
             prepare(&mut writes, &self.inner.settings.limits, TASK_WRITES_MAX)?;
         }
         let inner = Arc::clone(&self.inner);
-        Ok(self.inner.store.submit(move |txn: &mut WriteTxn<'_>| {
-            let key = id.queue_key();
-            let Some(bytes) = txn.get(Table::Tasks, &key)? else {
-                return Ok(TaskDone::Gone);
-            };
-            let task = Task::decode(&bytes)?;
-            for r in &reads {
-                let now = txn
-                    .get(Table::Docs, &doc_key(&r.collection, &r.id))?
-                    .map_or(0, |b| crate::layout::doc_version(&b));
-                if now != r.version {
-                    return Err(DbError::TaskConflict {
-                        collection: r.collection.clone(),
-                        id: r.id.clone(),
-                    });
-                }
-            }
-            txn.delete(Table::Tasks, key);
-            let outcome = if writes.is_empty() {
-                None
-            } else {
-                let ctx = ApplyCtx {
-                    catalog: &inner.catalog,
-                    settings: &inner.settings,
-                    triggers: &inner.triggers,
-                    depth: task.depth,
-                    now_ms: crate::db::now_ms(),
+        // Background: a client's write never waits behind a backlog of trigger tasks.
+        Ok(self
+            .inner
+            .store
+            .submit_background(move |txn: &mut WriteTxn<'_>| {
+                let key = id.queue_key();
+                let Some(bytes) = txn.get(Table::Tasks, &key)? else {
+                    return Ok(TaskDone::Gone);
                 };
-                Some(apply(txn, &writes, &ctx)?)
-            };
-            let publish = outcome.as_ref().map(|o| publish_hook(&inner, o));
-            let db = Arc::clone(&inner);
-            txn.on_commit(move || {
-                if let Some(p) = publish {
-                    p();
+                let task = Task::decode(&bytes)?;
+                for r in &reads {
+                    let now = txn
+                        .get(Table::Docs, &doc_key(&r.collection, &r.id))?
+                        .map_or(0, |b| crate::layout::doc_version(&b));
+                    if now != r.version {
+                        return Err(DbError::TaskConflict {
+                            collection: r.collection.clone(),
+                            id: r.id.clone(),
+                        });
+                    }
                 }
-                let stats = db.triggers.stats(id.uid);
-                stats.pending.fetch_sub(1, Ordering::AcqRel);
-                stats.executed.fetch_add(1, Ordering::Relaxed);
-            });
-            Ok(TaskDone::Done(outcome))
-        })?)
+                txn.delete(Table::Tasks, key);
+                let outcome = if writes.is_empty() {
+                    None
+                } else {
+                    let ctx = ApplyCtx {
+                        catalog: &inner.catalog,
+                        settings: &inner.settings,
+                        triggers: &inner.triggers,
+                        depth: task.depth,
+                        now_ms: crate::db::now_ms(),
+                    };
+                    Some(apply(txn, &writes, &ctx)?)
+                };
+                let publish = outcome.as_ref().map(|o| publish_hook(&inner, o));
+                let db = Arc::clone(&inner);
+                txn.on_commit(move || {
+                    if let Some(p) = publish {
+                        p();
+                    }
+                    let stats = db.triggers.stats(id.uid);
+                    stats.pending.fetch_sub(1, Ordering::AcqRel);
+                    stats.executed.fetch_add(1, Ordering::Relaxed);
+                });
+                Ok(TaskDone::Done(outcome))
+            })?)
     }
 
     /// Records a failed attempt: the task is retried at `retry_at_ms`, or, once it has failed
@@ -296,37 +300,40 @@ impl Db {
         retry_at_ms: u64,
     ) -> Result<Ticket<TaskFailed, DbError>, DbError> {
         let inner = Arc::clone(&self.inner);
-        Ok(self.inner.store.submit(move |txn: &mut WriteTxn<'_>| {
-            let key = id.queue_key();
-            let Some(bytes) = txn.get(Table::Tasks, &key)? else {
-                return Ok(TaskFailed::Gone);
-            };
-            let mut task = Task::decode(&bytes)?;
-            task.attempts += 1;
-            task.last_error = Some(error.clone());
-            let dead = task.attempts >= max_attempts;
-            let result = if dead {
-                txn.delete(Table::Tasks, key);
-                txn.put(Table::Tasks, id.dead_key(), task.encode())?;
-                TaskFailed::Dead
-            } else {
-                task.not_before_ms = retry_at_ms;
-                txn.put(Table::Tasks, key, task.encode())?;
-                TaskFailed::Retry {
-                    not_before_ms: retry_at_ms,
-                }
-            };
-            txn.on_commit(move || {
-                let stats = inner.triggers.stats(id.uid);
-                stats.failed.fetch_add(1, Ordering::Relaxed);
-                stats.record_error(crate::db::now_ms(), id.label(), error);
-                if dead {
-                    stats.pending.fetch_sub(1, Ordering::AcqRel);
-                    stats.dead.fetch_add(1, Ordering::AcqRel);
-                }
-            });
-            Ok(result)
-        })?)
+        Ok(self
+            .inner
+            .store
+            .submit_background(move |txn: &mut WriteTxn<'_>| {
+                let key = id.queue_key();
+                let Some(bytes) = txn.get(Table::Tasks, &key)? else {
+                    return Ok(TaskFailed::Gone);
+                };
+                let mut task = Task::decode(&bytes)?;
+                task.attempts += 1;
+                task.last_error = Some(error.clone());
+                let dead = task.attempts >= max_attempts;
+                let result = if dead {
+                    txn.delete(Table::Tasks, key);
+                    txn.put(Table::Tasks, id.dead_key(), task.encode())?;
+                    TaskFailed::Dead
+                } else {
+                    task.not_before_ms = retry_at_ms;
+                    txn.put(Table::Tasks, key, task.encode())?;
+                    TaskFailed::Retry {
+                        not_before_ms: retry_at_ms,
+                    }
+                };
+                txn.on_commit(move || {
+                    let stats = inner.triggers.stats(id.uid);
+                    stats.failed.fetch_add(1, Ordering::Relaxed);
+                    stats.record_error(crate::db::now_ms(), id.label(), error);
+                    if dead {
+                        stats.pending.fetch_sub(1, Ordering::AcqRel);
+                        stats.dead.fetch_add(1, Ordering::AcqRel);
+                    }
+                });
+                Ok(result)
+            })?)
     }
 
     /// Dead letters of a trigger in queue order, after the task label `after` if given.

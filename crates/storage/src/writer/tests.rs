@@ -233,6 +233,76 @@ fn hooks_run_in_order_after_commit_and_before_waiters() {
 }
 
 #[test]
+fn background_jobs_yield_to_foreground_jobs() {
+    // A zero budget: each batch takes its foreground jobs and exactly one background job.
+    let store = Store::in_memory(StoreOptions {
+        background_batch_ms_max: 0,
+        ..StoreOptions::default()
+    })
+    .unwrap();
+    let (order_tx, order) = mpsc::channel();
+    let (stalled, release) = stall(&store);
+    let job = |name: &'static str| {
+        let order_tx = order_tx.clone();
+        move |txn: &mut WriteTxn<'_>| {
+            txn.put(Table::Docs, name.as_bytes().to_vec(), b"x".to_vec())?;
+            txn.on_commit(move || order_tx.send(name).unwrap());
+            Ok::<(), StorageError>(())
+        }
+    };
+    let background: Vec<_> = ["b1", "b2", "b3"]
+        .into_iter()
+        .map(|n| store.submit_background(job(n)).unwrap())
+        .collect();
+    let foreground = store.submit(job("f1")).unwrap();
+    drop(release);
+    stalled.wait().unwrap();
+    foreground.wait().unwrap();
+    for t in background {
+        t.wait().unwrap();
+    }
+    // The stalled batch took one background job when the stall ended; the foreground job,
+    // queued after the other two, goes first in the next batch, which takes one more.
+    let seen: Vec<&str> = order.try_iter().collect();
+    assert_eq!(seen, ["b1", "f1", "b2", "b3"]);
+    assert!(["b1", "b2", "b3", "f1"]
+        .iter()
+        .all(|k| visible(&store, k.as_bytes())));
+}
+
+#[test]
+fn background_jobs_wake_an_idle_writer_and_commit_on_close() {
+    let store = memory(1024, 1024);
+    let t = store
+        .submit_background(|txn| txn.put(Table::Docs, b"bg".to_vec(), b"1".to_vec()))
+        .unwrap();
+    t.wait_timeout(Duration::from_secs(10))
+        .expect("an idle writer picks up a background job")
+        .unwrap();
+    assert!(visible(&store, b"bg"));
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    let (stalled, release) = stall(&store);
+    let queued: Vec<_> = (0..50u32)
+        .map(|i| {
+            store
+                .submit_background(move |txn| {
+                    txn.put(Table::Docs, i.to_be_bytes().to_vec(), b"1".to_vec())
+                })
+                .unwrap()
+        })
+        .collect();
+    drop(release);
+    drop(stalled);
+    store.close().unwrap();
+    for t in queued {
+        t.wait().unwrap();
+    }
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    assert_eq!(store.read().unwrap().len(Table::Docs).unwrap(), 50);
+}
+
+#[test]
 fn try_submit_reports_overloaded_when_the_queue_is_full() {
     let store = memory(1024, 2);
     let (stalled, release) = stall(&store);
