@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod bench_fanout;
 pub mod bench_live;
 pub mod state;
 pub mod triggers;

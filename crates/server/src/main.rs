@@ -54,6 +54,56 @@ enum BenchCommand {
         #[arg(long, default_value = "target/bench-results/live.json")]
         out: PathBuf,
     },
+    /// Tweet fan-out three ways: synchronous, external queue (Redis + worker), Herald triggers.
+    Fanout {
+        /// Modes to run, in order (comma-separated): sync, queue, triggers.
+        #[arg(long, value_delimiter = ',', default_value = "sync,queue,triggers")]
+        modes: Vec<String>,
+        /// Posting users u0..u{N-1}.
+        #[arg(long, default_value_t = 1000)]
+        users: usize,
+        /// Followers of u0; user i has about followers_max / (i + 1).
+        #[arg(long, default_value_t = 5000)]
+        followers_max: usize,
+        /// Concurrent posters in the saturation phase.
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        /// Seconds of the saturation and 80% load phases.
+        #[arg(long, default_value_t = 15.0)]
+        secs: f64,
+        /// Seconds at 50%, 200% and 50% of the sustained rate in the burst phase.
+        #[arg(long, value_delimiter = ',', num_args = 1, default_value = "10,30,30")]
+        burst_secs: Vec<f64>,
+        /// Fan-out concurrency: the queue worker's tasks and Herald's --trigger-workers.
+        #[arg(long, default_value_t = 4)]
+        workers: usize,
+        /// Tweets/s the 80% and burst phases are relative to (default: each mode's measured
+        /// sustained rate).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Width of the burst table's intervals, in seconds.
+        #[arg(long, default_value_t = 2.0)]
+        interval_secs: f64,
+        /// Longest wait for a phase's backlog to drain, in seconds.
+        #[arg(long, default_value_t = 600)]
+        drain_timeout_secs: u64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        #[arg(long, default_value = "target/bench-results/fanout.json")]
+        out: PathBuf,
+    },
+    /// The external-queue worker of `bench fanout` (started by it).
+    #[command(hide = true)]
+    FanoutWorker {
+        /// Herald's base URL (http://127.0.0.1:PORT).
+        #[arg(long)]
+        herald: String,
+        /// Redis URL (redis://127.0.0.1:PORT/).
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+    },
     /// Durable inserts, point reads and an indexed range query through the HTTP API.
     Http {
         #[arg(long, default_value_t = 64)]
@@ -146,6 +196,59 @@ fn main() {
                 out,
             };
             run_bench(herald::bench_live::run(opts));
+        }
+        Command::Bench(BenchCommand::Fanout {
+            modes,
+            users,
+            followers_max,
+            clients,
+            secs,
+            burst_secs,
+            workers,
+            rate,
+            interval_secs,
+            drain_timeout_secs,
+            seed,
+            out,
+        }) => {
+            use herald::bench_fanout::{load::Mode, FanoutOptions};
+            run_bench(async move {
+                let modes = modes
+                    .iter()
+                    .map(|m| Mode::parse(m.trim()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let burst_secs: [f64; 3] = burst_secs
+                    .try_into()
+                    .map_err(|_| "--burst-secs takes three durations: a,b,c".to_string())?;
+                herald::bench_fanout::run(FanoutOptions {
+                    modes,
+                    users,
+                    followers_max,
+                    clients,
+                    secs,
+                    burst_secs,
+                    workers,
+                    rate,
+                    interval_secs,
+                    drain_timeout: Duration::from_secs(drain_timeout_secs),
+                    seed,
+                    out,
+                })
+                .await
+            });
+        }
+        Command::Bench(BenchCommand::FanoutWorker {
+            herald,
+            redis,
+            concurrency,
+        }) => {
+            run_bench(herald::bench_fanout::fanout::run_worker(
+                herald::bench_fanout::fanout::WorkerOptions {
+                    herald,
+                    redis,
+                    concurrency,
+                },
+            ));
         }
         Command::Bench(BenchCommand::Http {
             clients,

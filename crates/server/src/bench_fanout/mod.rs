@@ -1,0 +1,447 @@
+//! `herald bench fanout`: Twitter's fan-out done three ways (synchronously by the client,
+//! through an external queue (Redis + a worker process), and by a trigger on Herald's durable
+//! queues), as in the evaluation of "integrated queues for asynchronous triggers", on one
+//! machine.
+//!
+//! Per mode: a fresh `herald serve` child on a temporary directory (fsync group commit), the
+//! power-law follow graph bulk-loaded, then three phases, each followed by a full drain (every
+//! acknowledged tweet's marker received):
+//!
+//! 1. saturation: `clients` posters in a closed loop for `secs`; throughput is fan-outs
+//!    completed (markers received) per second within the window, not acknowledgements;
+//! 2. 80% load: an open loop at 0.8 x that rate for `secs`; acknowledgement latency from the
+//!    scheduled send time, propagation delay (acknowledgement to marker), CPU per process;
+//! 3. burst: 50% -> 200% -> 50% of the sustained rate; per-interval latency and backlog, and
+//!    the time the backlog takes to drain after the burst.
+//!
+//! Prints tables ([`report`]) and writes JSON.
+
+pub mod fanout;
+pub mod load;
+pub mod markers;
+pub mod procs;
+pub mod report;
+pub mod stats;
+pub mod tracker;
+pub mod workload;
+
+use load::{Mode, Phase, Step, Target};
+use markers::MarkerWatch;
+use procs::Proc;
+use report::{BurstResult, LoadResult, ModeResult, SatResult};
+use serde_json::json;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tracker::Tracker;
+use workload::Graph;
+
+#[derive(Debug, Clone)]
+pub struct FanoutOptions {
+    pub modes: Vec<Mode>,
+    pub users: usize,
+    pub followers_max: usize,
+    pub clients: usize,
+    pub secs: f64,
+    /// Seconds at 50%, 200% and 50% of the sustained rate.
+    pub burst_secs: [f64; 3],
+    /// Fan-out concurrency of the queue worker and of the trigger workers.
+    pub workers: usize,
+    /// The rate the 80% and burst phases are relative to, instead of each mode's measured one.
+    pub rate: Option<f64>,
+    /// Width of the burst table's intervals.
+    pub interval_secs: f64,
+    pub drain_timeout: Duration,
+    pub seed: u64,
+    pub out: std::path::PathBuf,
+}
+
+/// Most tweets one phase may post.
+const PHASE_TWEETS_MAX: usize = 4_000_000;
+
+impl FanoutOptions {
+    pub fn check(&self) -> Result<(), String> {
+        // One trigger task commits every entry and the marker (at most 10,000 writes), and a
+        // query returns at most 10,000 documents.
+        let limit = herald_db::triggers::TASK_WRITES_MAX - 1;
+        if self.followers_max > limit {
+            return Err(format!("--followers-max may be at most {limit}"));
+        }
+        if self.users == 0 || self.clients == 0 || self.workers == 0 || self.modes.is_empty() {
+            return Err("--users, --clients, --workers and --modes must not be empty or 0".into());
+        }
+        if self.secs <= 0.0 || self.interval_secs <= 0.0 {
+            return Err("--secs and --interval-secs must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// Everything running for one mode; dropping it kills the processes.
+struct Rig {
+    server: Proc,
+    redis: Option<Proc>,
+    worker: Option<Proc>,
+    target: Arc<Target>,
+    _dir: tempfile::TempDir,
+}
+
+impl Rig {
+    async fn start(mode: Mode, opts: &FanoutOptions, graph: &Graph) -> Result<Rig, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let data = dir.path().join("herald");
+        std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+        let (server, base) = procs::spawn_herald(&data, opts.workers)?;
+        let http = fanout::http_client(opts.clients.max(load::INFLIGHT_MAX))?;
+        graph.load(&http, &base).await?;
+        let (mut redis, mut worker, mut conn) = (None, None, None);
+        if mode == Mode::Queue {
+            let rdir = dir.path().join("redis");
+            std::fs::create_dir_all(&rdir).map_err(|e| e.to_string())?;
+            let (p, url) = procs::spawn_redis(&rdir).await?;
+            redis = Some(p);
+            conn = Some(fanout::redis_connection(&url).await?);
+            worker = Some(procs::spawn_worker(&base, &url, opts.workers)?);
+        }
+        if mode == Mode::Triggers {
+            let resp = http
+                .put(format!("{base}/v1/triggers/fanout"))
+                .json(&workload::trigger_def())
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            if !resp.status().is_success() {
+                return Err(format!("defining the trigger: HTTP {}", resp.status()));
+            }
+        }
+        let target = Arc::new(Target {
+            mode,
+            http,
+            base,
+            redis: conn,
+        });
+        Ok(Rig {
+            server,
+            redis,
+            worker,
+            target,
+            _dir: dir,
+        })
+    }
+
+    fn procs(&self) -> Vec<&Proc> {
+        let mut v = vec![&self.server];
+        v.extend(self.redis.iter());
+        v.extend(self.worker.iter());
+        v
+    }
+
+    fn check_alive(&mut self) -> Result<(), String> {
+        self.server.check_alive()?;
+        if let Some(p) = self.redis.as_mut() {
+            p.check_alive()?;
+        }
+        if let Some(p) = self.worker.as_mut() {
+            p.check_alive()?;
+        }
+        Ok(())
+    }
+}
+
+/// What one phase left behind.
+struct Ran {
+    tracker: Arc<Tracker>,
+    cpu: Vec<(String, f64)>,
+    drain_secs: f64,
+    drained: bool,
+    errors: u64,
+    watch_errors: u64,
+}
+
+/// Runs one phase: a fresh tracker and marker watch under run id `run`, the driver, then the
+/// drain; CPU is measured from the start to the end of the drain.
+async fn run_phase<F, Fut>(
+    rig: &Rig,
+    run: &str,
+    opts: &FanoutOptions,
+    graph: &Graph,
+    tick: f64,
+    driver: F,
+) -> Result<(Ran, Fut::Output), String>
+where
+    F: FnOnce(Arc<Phase>) -> Fut,
+    Fut: std::future::Future,
+{
+    let expected = graph.followers.iter().map(Vec::len).collect();
+    let tracker = Arc::new(Tracker::new(PHASE_TWEETS_MAX, expected));
+    let watch = MarkerWatch::start(&rig.target.base, run, tracker.clone()).await?;
+    let phase = Arc::new(Phase {
+        target: rig.target.clone(),
+        tracker: tracker.clone(),
+        watch: Arc::new(watch),
+        users: graph.users,
+        seed: opts.seed ^ run.bytes().fold(0u64, |h, b| h.wrapping_mul(31) ^ b as u64),
+        errors: AtomicU64::new(0),
+    });
+    let sampler = tracker.start_sampler();
+    let cpu0 = procs::snapshot(&rig.procs(), tick);
+    let out = driver(phase.clone()).await;
+    let (drain_secs, drained) = tracker.wait_drained(opts.drain_timeout).await;
+    let cpu = procs::used(&cpu0, &procs::snapshot(&rig.procs(), tick));
+    tracker.sample();
+    sampler.abort();
+    let watch_errors = phase.watch.errors.load(Ordering::Relaxed);
+    let errors = phase.errors.load(Ordering::Relaxed);
+    if let Ok(p) = Arc::try_unwrap(phase) {
+        if let Ok(w) = Arc::try_unwrap(p.watch) {
+            w.close().await;
+        }
+    }
+    if !drained {
+        let c = tracker.counts();
+        eprintln!(
+            "herald bench: {run}: not drained after {:.0} s ({} acked, {} markers)",
+            drain_secs, c.acked, c.done
+        );
+    }
+    Ok((
+        Ran {
+            tracker,
+            cpu,
+            drain_secs,
+            drained,
+            errors,
+            watch_errors,
+        },
+        out,
+    ))
+}
+
+async fn run_mode(
+    mode: Mode,
+    opts: &FanoutOptions,
+    graph: &Graph,
+    tick: f64,
+) -> Result<ModeResult, String> {
+    let m = mode.name();
+    eprintln!("herald bench fanout: {m}: starting (load graph, processes)");
+    let mut rig = Rig::start(mode, opts, graph).await?;
+
+    eprintln!(
+        "herald bench fanout: {m}: saturation, {} clients, {} s",
+        opts.clients, opts.secs
+    );
+    let (clients, secs) = (opts.clients, opts.secs);
+    let (ran, window) = run_phase(
+        &rig,
+        &format!("{m}-sat"),
+        opts,
+        graph,
+        tick,
+        |p| async move { load::closed_loop(&p, clients, secs).await },
+    )
+    .await?;
+    rig.check_alive()?;
+    let sat = SatResult::from_run(&ran, window);
+    let rate = opts.rate.unwrap_or(sat.completed_per_sec);
+    if rate < 1.0 {
+        return Err(format!(
+            "{m}: sustained rate {rate:.2}/s is too low to continue"
+        ));
+    }
+
+    let load_rate = 0.8 * rate;
+    eprintln!(
+        "herald bench fanout: {m}: 80% load, {load_rate:.0} tweets/s, {} s",
+        opts.secs
+    );
+    let steps = [Step {
+        rate: load_rate,
+        secs: opts.secs,
+    }];
+    let (ran, start_us) = run_phase(
+        &rig,
+        &format!("{m}-load"),
+        opts,
+        graph,
+        tick,
+        |p| async move { load::open_loop(&p, &steps).await },
+    )
+    .await?;
+    rig.check_alive()?;
+    let load = LoadResult::from_run(&ran, load_rate, opts.secs, start_us);
+
+    let [a, b, c] = opts.burst_secs;
+    eprintln!(
+        "herald bench fanout: {m}: burst {:.0}/s for {a} s, {:.0}/s for {b} s, {:.0}/s for {c} s",
+        0.5 * rate,
+        2.0 * rate,
+        0.5 * rate
+    );
+    let steps = [
+        Step {
+            rate: 0.5 * rate,
+            secs: a,
+        },
+        Step {
+            rate: 2.0 * rate,
+            secs: b,
+        },
+        Step {
+            rate: 0.5 * rate,
+            secs: c,
+        },
+    ];
+    let (ran, start_us) = run_phase(
+        &rig,
+        &format!("{m}-burst"),
+        opts,
+        graph,
+        tick,
+        |p| async move { load::open_loop(&p, &steps).await },
+    )
+    .await?;
+    rig.check_alive()?;
+    let burst = BurstResult::from_run(&ran, rate, opts.burst_secs, opts.interval_secs, start_us);
+    drop(rig);
+    Ok(ModeResult {
+        mode,
+        sat,
+        load,
+        burst,
+    })
+}
+
+impl SatResult {
+    fn from_run(ran: &Ran, w: load::Window) -> SatResult {
+        let slots = ran.tracker.slots();
+        let within = |t: u64| t > 0 && t >= w.start_us && t <= w.end_us;
+        let completed = slots.iter().filter(|s| within(s.done_us)).count() as u64;
+        let acked = slots.iter().filter(|s| within(s.ack_us)).count() as u64;
+        let tweets = slots.iter().filter(|s| s.ack_us > 0).count() as u64;
+        let after = slots.iter().filter(|s| s.done_us > w.end_us).count() as u64;
+        let last = slots.iter().map(|s| s.done_us).max().unwrap_or(0);
+        let drain_rate = match last.saturating_sub(w.end_us) {
+            0 => 0.0,
+            us => after as f64 / (us as f64 / 1e6),
+        };
+        SatResult {
+            drain_rate,
+            secs: w.secs,
+            completed_per_sec: completed as f64 / w.secs,
+            acked_per_sec: acked as f64 / w.secs,
+            backlog_at_end: acked.saturating_sub(completed),
+            tweets,
+            ack: stats::ack_from_send(&slots),
+            drain_secs: ran.drain_secs,
+            drained: ran.drained,
+            cpu_per_k: stats::per_thousand(&ran.cpu, tweets),
+            errors: ran.errors + ran.watch_errors,
+            wrong: ran.tracker.wrong.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl LoadResult {
+    fn from_run(ran: &Ran, rate: f64, secs: f64, start_us: u64) -> LoadResult {
+        let slots = ran.tracker.slots();
+        let tweets = slots.iter().filter(|s| s.ack_us > 0).count() as u64;
+        let last_ack = slots.iter().map(|s| s.ack_us).max().unwrap_or(start_us);
+        LoadResult {
+            rate,
+            secs,
+            tweets,
+            ack_rate: tweets as f64 / ((last_ack.saturating_sub(start_us)) as f64 / 1e6).max(secs),
+            ack: stats::ack_from_due(&slots),
+            ack_from_send: stats::ack_from_send(&slots),
+            propagation: stats::propagation(&slots),
+            cpu_per_k: stats::per_thousand(&ran.cpu, tweets),
+            drain_secs: ran.drain_secs,
+            drained: ran.drained,
+            errors: ran.errors + ran.watch_errors,
+            wrong: ran.tracker.wrong.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl BurstResult {
+    fn from_run(ran: &Ran, rate: f64, steps: [f64; 3], width: f64, start_us: u64) -> BurstResult {
+        let slots = ran.tracker.slots();
+        let samples = ran.tracker.samples();
+        let us = |s: f64| (s * 1e6) as u64;
+        let burst_from = start_us + us(steps[0]);
+        let burst_to = burst_from + us(steps[1]);
+        let end = samples
+            .last()
+            .map_or(burst_to, |s| s.t_us)
+            .max(burst_to + us(steps[2]));
+        let pre = stats::peak_backlog(&samples, start_us, burst_from);
+        let in_burst: Vec<_> = slots
+            .iter()
+            .filter(|s| s.due_us >= burst_from && s.due_us < burst_to)
+            .copied()
+            .collect();
+        let tweets = slots.iter().filter(|s| s.ack_us > 0).count() as u64;
+        BurstResult {
+            rate,
+            steps,
+            intervals: stats::intervals(&slots, &samples, start_us, end, us(width)),
+            pre_burst_backlog: pre,
+            peak_backlog: stats::peak_backlog(&samples, burst_from, end + 1),
+            drained_after: stats::drained_after(&samples, burst_to, pre),
+            ack_in_burst: stats::ack_from_due(&in_burst),
+            ack: stats::ack_from_due(&slots),
+            propagation: stats::propagation(&slots),
+            cpu_per_k: stats::per_thousand(&ran.cpu, tweets),
+            tweets,
+            errors: ran.errors + ran.watch_errors,
+            wrong: ran.tracker.wrong.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Runs the benchmark. SIGINT or SIGTERM stops it and still kills the child processes (the
+/// run's future is dropped, and with it every [`Proc`]).
+pub async fn run(opts: FanoutOptions) -> Result<(), String> {
+    tokio::select! {
+        r = run_all(opts) => r,
+        _ = crate::shutdown_signal() => Err("interrupted; child processes stopped".into()),
+    }
+}
+
+async fn run_all(opts: FanoutOptions) -> Result<(), String> {
+    opts.check()?;
+    let tick = procs::clock_ticks();
+    let graph = Graph::generate(opts.users, opts.followers_max, opts.seed);
+    eprintln!(
+        "herald bench fanout: {} posters, {} accounts, {} follow edges, mean fan-out {:.1}",
+        graph.users,
+        graph.accounts,
+        graph.edges(),
+        graph.mean_fanout()
+    );
+    let mut results = Vec::new();
+    for &mode in &opts.modes {
+        let r = run_mode(mode, &opts, &graph, tick).await?;
+        report::print_mode(&r);
+        results.push(r);
+    }
+    report::print_summary(&results);
+    let out = json!({
+        "benchmark": "fanout",
+        "options": {"modes": opts.modes.iter().map(|m| m.name()).collect::<Vec<_>>(), "users": opts.users,
+                    "followersMax": opts.followers_max, "clients": opts.clients, "secs": opts.secs,
+                    "burstSecs": opts.burst_secs, "workers": opts.workers, "rate": opts.rate, "seed": opts.seed},
+        "graph": {"posters": graph.users, "accounts": graph.accounts, "edges": graph.edges(), "meanFanout": graph.mean_fanout()},
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "redis": "127.0.0.1 only; --save \"\" --appendonly yes --appendfsync everysec",
+        "modes": results.iter().map(ModeResult::json).collect::<Vec<_>>(),
+    });
+    if let Some(d) = opts.out.parent() {
+        let _ = std::fs::create_dir_all(d);
+    }
+    std::fs::write(&opts.out, serde_json::to_string_pretty(&out).expect("json"))
+        .map_err(|e| format!("{}: {e}", opts.out.display()))?;
+    println!("results written to {}", opts.out.display());
+    Ok(())
+}
