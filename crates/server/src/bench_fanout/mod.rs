@@ -21,19 +21,17 @@ pub mod load;
 pub mod markers;
 pub mod procs;
 pub mod report;
+pub mod rig;
 pub mod stats;
 pub mod tracker;
 pub mod workload;
 
-use load::{Mode, Phase, Step, Target};
-use markers::MarkerWatch;
-use procs::Proc;
+use load::{Mode, Step};
 use report::{BurstResult, LoadResult, ModeResult, SatResult};
+use rig::{run_phase, Ran, Rig};
 use serde_json::json;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tracker::Tracker;
 use workload::Graph;
 
 #[derive(Debug, Clone)]
@@ -56,9 +54,6 @@ pub struct FanoutOptions {
     pub out: std::path::PathBuf,
 }
 
-/// Most tweets one phase may post.
-const PHASE_TWEETS_MAX: usize = 4_000_000;
-
 impl FanoutOptions {
     pub fn check(&self) -> Result<(), String> {
         // One trigger task commits every entry and the marker (at most 10,000 writes), and a
@@ -75,146 +70,6 @@ impl FanoutOptions {
         }
         Ok(())
     }
-}
-
-/// Everything running for one mode; dropping it kills the processes.
-struct Rig {
-    server: Proc,
-    redis: Option<Proc>,
-    worker: Option<Proc>,
-    target: Arc<Target>,
-    _dir: tempfile::TempDir,
-}
-
-impl Rig {
-    async fn start(mode: Mode, opts: &FanoutOptions, graph: &Graph) -> Result<Rig, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let data = dir.path().join("herald");
-        std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
-        let (server, base) = procs::spawn_herald(&data, opts.workers)?;
-        let http = fanout::http_client(opts.clients.max(load::INFLIGHT_MAX))?;
-        graph.load(&http, &base).await?;
-        let (mut redis, mut worker, mut conn) = (None, None, None);
-        if mode == Mode::Queue {
-            let rdir = dir.path().join("redis");
-            std::fs::create_dir_all(&rdir).map_err(|e| e.to_string())?;
-            let (p, url) = procs::spawn_redis(&rdir).await?;
-            redis = Some(p);
-            conn = Some(fanout::redis_connection(&url).await?);
-            worker = Some(procs::spawn_worker(&base, &url, opts.workers)?);
-        }
-        if mode == Mode::Triggers {
-            let resp = http
-                .put(format!("{base}/v1/triggers/fanout"))
-                .json(&workload::trigger_def())
-                .send()
-                .await
-                .map_err(|e| e.to_string())?;
-            if !resp.status().is_success() {
-                return Err(format!("defining the trigger: HTTP {}", resp.status()));
-            }
-        }
-        let target = Arc::new(Target {
-            mode,
-            http,
-            base,
-            redis: conn,
-        });
-        Ok(Rig {
-            server,
-            redis,
-            worker,
-            target,
-            _dir: dir,
-        })
-    }
-
-    fn procs(&self) -> Vec<&Proc> {
-        let mut v = vec![&self.server];
-        v.extend(self.redis.iter());
-        v.extend(self.worker.iter());
-        v
-    }
-
-    fn check_alive(&mut self) -> Result<(), String> {
-        self.server.check_alive()?;
-        if let Some(p) = self.redis.as_mut() {
-            p.check_alive()?;
-        }
-        if let Some(p) = self.worker.as_mut() {
-            p.check_alive()?;
-        }
-        Ok(())
-    }
-}
-
-/// What one phase left behind.
-struct Ran {
-    tracker: Arc<Tracker>,
-    cpu: Vec<(String, f64)>,
-    drain_secs: f64,
-    drained: bool,
-    errors: u64,
-    watch_errors: u64,
-}
-
-/// Runs one phase: a fresh tracker and marker watch under run id `run`, the driver, then the
-/// drain; CPU is measured from the start to the end of the drain.
-async fn run_phase<F, Fut>(
-    rig: &Rig,
-    run: &str,
-    opts: &FanoutOptions,
-    graph: &Graph,
-    tick: f64,
-    driver: F,
-) -> Result<(Ran, Fut::Output), String>
-where
-    F: FnOnce(Arc<Phase>) -> Fut,
-    Fut: std::future::Future,
-{
-    let expected = graph.followers.iter().map(Vec::len).collect();
-    let tracker = Arc::new(Tracker::new(PHASE_TWEETS_MAX, expected));
-    let watch = MarkerWatch::start(&rig.target.base, run, tracker.clone()).await?;
-    let phase = Arc::new(Phase {
-        target: rig.target.clone(),
-        tracker: tracker.clone(),
-        watch: Arc::new(watch),
-        users: graph.users,
-        seed: opts.seed ^ run.bytes().fold(0u64, |h, b| h.wrapping_mul(31) ^ b as u64),
-        errors: AtomicU64::new(0),
-    });
-    let sampler = tracker.start_sampler();
-    let cpu0 = procs::snapshot(&rig.procs(), tick);
-    let out = driver(phase.clone()).await;
-    let (drain_secs, drained) = tracker.wait_drained(opts.drain_timeout).await;
-    let cpu = procs::used(&cpu0, &procs::snapshot(&rig.procs(), tick));
-    tracker.sample();
-    sampler.abort();
-    let watch_errors = phase.watch.errors.load(Ordering::Relaxed);
-    let errors = phase.errors.load(Ordering::Relaxed);
-    if let Ok(p) = Arc::try_unwrap(phase) {
-        if let Ok(w) = Arc::try_unwrap(p.watch) {
-            w.close().await;
-        }
-    }
-    if !drained {
-        let c = tracker.counts();
-        eprintln!(
-            "herald bench: {run}: not drained after {:.0} s ({} acked, {} markers)",
-            drain_secs, c.acked, c.done
-        );
-    }
-    Ok((
-        Ran {
-            tracker,
-            cpu,
-            drain_secs,
-            drained,
-            errors,
-            watch_errors,
-        },
-        out,
-    ))
 }
 
 async fn run_mode(
@@ -401,7 +256,7 @@ impl BurstResult {
 }
 
 /// Runs the benchmark. SIGINT or SIGTERM stops it and still kills the child processes (the
-/// run's future is dropped, and with it every [`Proc`]).
+/// run's future is dropped, and with it every [`procs::Proc`]).
 pub async fn run(opts: FanoutOptions) -> Result<(), String> {
     tokio::select! {
         r = run_all(opts) => r,
