@@ -25,6 +25,9 @@ pub struct Store {
     queue: Option<SyncSender<Msg>>,
     /// Background jobs; bounded like the foreground queue.
     background: Option<SyncSender<Box<dyn Job>>>,
+    /// True while the writer sleeps on the foreground queue: only then does a background job
+    /// send it a `Wake`, so wake-ups never take the room client jobs need.
+    writer_sleeping: Arc<std::sync::atomic::AtomicBool>,
     writer: Option<JoinHandle<Result<(), StorageError>>>,
     metrics: Arc<Metrics>,
     // The queue's capacity, reported in `Overloaded`.
@@ -75,7 +78,9 @@ impl Store {
         let metrics = Arc::new(Metrics::default());
         let (queue, receiver) = mpsc::sync_channel(options.write_queue_max);
         let (background, background_rx) = mpsc::sync_channel(options.background_queue_max);
+        let writer_sleeping = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let writer = Writer {
+            sleeping: writer_sleeping.clone(),
             db: db.clone(),
             queue: receiver,
             background: background_rx,
@@ -92,6 +97,7 @@ impl Store {
             db,
             queue: Some(queue),
             background: Some(background),
+            writer_sleeping,
             writer: Some(handle),
             metrics,
             write_queue_max: options.write_queue_max,
@@ -140,9 +146,14 @@ impl Store {
         let (job, ticket) = package(job);
         let background = self.background.as_ref().ok_or(StorageError::Closed)?;
         background.send(job).map_err(|_| StorageError::Closed)?;
-        // Wake a sleeping writer. A full foreground queue means it is busy and will look.
-        if let Some(queue) = &self.queue {
-            let _ = queue.try_send(Msg::Wake);
+        // Wake the writer if it sleeps (it re-checks the background queue after saying so, and
+        // the fences order that check against this job's arrival). A busy writer looks anyway.
+        use std::sync::atomic::{fence, Ordering::SeqCst};
+        fence(SeqCst);
+        if self.writer_sleeping.swap(false, SeqCst) {
+            if let Some(queue) = &self.queue {
+                let _ = queue.try_send(Msg::Wake);
+            }
         }
         Ok(ticket)
     }

@@ -200,6 +200,8 @@ pub(crate) struct Writer {
     /// jobs, within `background_budget` of the batch's start, and at least one per batch.
     pub(crate) background: Receiver<Box<dyn Job>>,
     pub(crate) background_budget: Duration,
+    /// Set while the writer sleeps on the foreground queue (see `Store::submit_background`).
+    pub(crate) sleeping: Arc<std::sync::atomic::AtomicBool>,
     pub(crate) durability: Durability,
     pub(crate) batch_max: usize,
     /// No-sync mode only: how long a commit may stay non-durable.
@@ -238,6 +240,17 @@ impl Writer {
                 Some(job) => job,
                 None if !foreground_open => break,
                 None => {
+                    // Say so before sleeping, then look once more: a background job submitted
+                    // after this look sees the flag and sends a `Wake`.
+                    use std::sync::atomic::{fence, Ordering::SeqCst};
+                    self.sleeping.store(true, SeqCst);
+                    fence(SeqCst);
+                    if let Ok(job) = self.background.try_recv() {
+                        self.sleeping.store(false, SeqCst);
+                        batch.push(job);
+                        self.fill_and_commit(&mut batch, &mut volatile_since);
+                        continue;
+                    }
                     // The deadline by which the volatile commits must be made durable, if any.
                     let deadline =
                         volatile_since.and_then(|since| since.checked_add(self.nosync_lag_max));
@@ -250,6 +263,7 @@ impl Writer {
                             .queue
                             .recv_timeout(deadline.saturating_duration_since(Instant::now())),
                     };
+                    self.sleeping.store(false, SeqCst);
                     match received {
                         Ok(Msg::Job(job)) => job,
                         Ok(Msg::Wake) => continue,
@@ -271,27 +285,33 @@ impl Writer {
                 }
             };
             batch.push(first);
-            while batch.len() < self.batch_max {
-                match self.queue.try_recv() {
-                    Ok(Msg::Job(job)) => batch.push(job),
-                    Ok(Msg::Wake) => continue,
-                    Err(_) => break,
-                }
-            }
-            let durable = self.durability == Durability::Fsync
-                || volatile_since.is_some_and(|since| since.elapsed() >= self.nosync_lag_max);
-            if self.commit_batch(std::mem::take(&mut batch), durable) {
-                if durable {
-                    volatile_since = None;
-                } else {
-                    volatile_since.get_or_insert_with(Instant::now);
-                }
-            }
+            self.fill_and_commit(&mut batch, &mut volatile_since);
         }
         if volatile_since.is_some() {
             self.make_durable()?;
         }
         Ok(())
+    }
+
+    /// Adds the queued foreground jobs to `batch` (up to `batch_max`) and commits it; background
+    /// jobs join inside [`commit_batch`](Writer::commit_batch).
+    fn fill_and_commit(&self, batch: &mut Vec<Box<dyn Job>>, volatile_since: &mut Option<Instant>) {
+        while batch.len() < self.batch_max {
+            match self.queue.try_recv() {
+                Ok(Msg::Job(job)) => batch.push(job),
+                Ok(Msg::Wake) => continue,
+                Err(_) => break,
+            }
+        }
+        let durable = self.durability == Durability::Fsync
+            || volatile_since.is_some_and(|since| since.elapsed() >= self.nosync_lag_max);
+        if self.commit_batch(std::mem::take(batch), durable) {
+            if durable {
+                *volatile_since = None;
+            } else {
+                volatile_since.get_or_insert_with(Instant::now);
+            }
+        }
     }
 
     /// Commits an empty durable transaction, which makes every earlier commit durable.

@@ -271,6 +271,33 @@ fn background_jobs_yield_to_foreground_jobs() {
 }
 
 #[test]
+fn background_jobs_never_fill_the_foreground_queue() {
+    // Many background jobs while the writer is busy leave the one-slot foreground queue free.
+    let store = memory(1024, 1);
+    let (stalled, release) = stall(&store);
+    let queued: Vec<_> = (0..100u32)
+        .map(|i| {
+            store
+                .submit_background(move |txn| {
+                    txn.put(Table::Docs, i.to_be_bytes().to_vec(), b"1".to_vec())
+                })
+                .unwrap()
+        })
+        .collect();
+    let client = store.try_submit(|_txn| Ok::<(), StorageError>(()));
+    assert!(
+        client.is_ok(),
+        "a client job found the queue full of wake-ups"
+    );
+    drop(release);
+    stalled.wait().unwrap();
+    client.unwrap().wait().unwrap();
+    for t in queued {
+        t.wait().unwrap();
+    }
+}
+
+#[test]
 fn background_jobs_wake_an_idle_writer_and_commit_on_close() {
     let store = memory(1024, 1024);
     let t = store
