@@ -87,6 +87,10 @@ enum BenchCommand {
         /// Longest wait for a phase's backlog to drain, in seconds.
         #[arg(long, default_value_t = 600)]
         drain_timeout_secs: u64,
+        /// Earlier tweets whose timeline entries are bulk-loaded first (so the phases do not
+        /// run on an empty, unusually cheap database).
+        #[arg(long, default_value_t = 20_000)]
+        preload_tweets: u64,
         #[arg(long, default_value_t = 42)]
         seed: u64,
         #[arg(long, default_value = "target/bench-results/fanout.json")]
@@ -208,6 +212,7 @@ fn main() {
             rate,
             interval_secs,
             drain_timeout_secs,
+            preload_tweets,
             seed,
             out,
         }) => {
@@ -231,6 +236,7 @@ fn main() {
                     rate,
                     interval_secs,
                     drain_timeout: Duration::from_secs(drain_timeout_secs),
+                    preload_tweets,
                     seed,
                     out,
                 })

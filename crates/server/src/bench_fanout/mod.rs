@@ -50,6 +50,8 @@ pub struct FanoutOptions {
     /// Width of the burst table's intervals.
     pub interval_secs: f64,
     pub drain_timeout: Duration,
+    /// Earlier tweets whose timeline entries are bulk-loaded before the phases.
+    pub preload_tweets: u64,
     pub seed: u64,
     pub out: std::path::PathBuf,
 }
@@ -286,7 +288,8 @@ async fn run_all(opts: FanoutOptions) -> Result<(), String> {
         "benchmark": "fanout",
         "options": {"modes": opts.modes.iter().map(|m| m.name()).collect::<Vec<_>>(), "users": opts.users,
                     "followersMax": opts.followers_max, "clients": opts.clients, "secs": opts.secs,
-                    "burstSecs": opts.burst_secs, "workers": opts.workers, "rate": opts.rate, "seed": opts.seed},
+                    "burstSecs": opts.burst_secs, "workers": opts.workers, "rate": opts.rate, "seed": opts.seed,
+                    "preloadTweets": opts.preload_tweets},
         "graph": {"posters": graph.users, "accounts": graph.accounts, "edges": graph.edges(), "meanFanout": graph.mean_fanout()},
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
         "redis": "127.0.0.1 only; --save \"\" --appendonly yes --appendfsync everysec",

@@ -32,6 +32,16 @@ impl Rig {
         let (server, base) = procs::spawn_herald(&data, opts.workers)?;
         let http = fanout::http_client(opts.clients.max(load::INFLIGHT_MAX))?;
         graph.load(&http, &base).await?;
+        if opts.preload_tweets > 0 {
+            let entries = graph
+                .preload(&http, &base, opts.preload_tweets, opts.seed)
+                .await?;
+            eprintln!(
+                "herald bench fanout: {}: preloaded {entries} timeline entries ({} earlier tweets)",
+                mode.name(),
+                opts.preload_tweets
+            );
+        }
         let (mut redis, mut worker, mut conn) = (None, None, None);
         if mode == Mode::Queue {
             let rdir = dir.path().join("redis");

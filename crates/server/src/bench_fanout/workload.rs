@@ -96,20 +96,64 @@ impl Graph {
     /// Loads the graph through `/v1/bulk`.
     pub async fn load(&self, http: &reqwest::Client, base: &str) -> Result<(), String> {
         for body in self.bulk_bodies() {
-            let resp: Value = http
-                .post(format!("{base}/v1/bulk"))
-                .body(body)
-                .send()
-                .await
-                .map_err(|e| format!("bulk load: {e}"))?
-                .json()
-                .await
-                .map_err(|e| format!("bulk load: {e}"))?;
-            if resp["failed"].as_u64() != Some(0) {
-                return Err(format!("bulk load of the follow graph failed: {resp}"));
-            }
+            bulk(http, base, body).await?;
         }
         Ok(())
+    }
+
+    /// The timeline entries of `tweets` earlier tweets by random posters, as NDJSON bodies of
+    /// at most [`BULK_CHUNK`] lines, made one at a time by the returned iterator.
+    pub fn history(&self, tweets: u64, seed: u64) -> impl Iterator<Item = String> + '_ {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut entries = (0..tweets).flat_map(move |j| {
+            let author = rng.gen_range(0..self.users) as u32;
+            let t = Tweet::new(format!("pre-{j}"), author, "pre".into(), &mut rng);
+            let entry = t.entry();
+            self.followers[author as usize].iter().map(move |&f| {
+                json!({"op": "put", "collection": timeline(&account(f)), "id": t.id, "doc": entry})
+            })
+        });
+        std::iter::from_fn(move || {
+            let mut body = String::new();
+            for line in entries.by_ref().take(BULK_CHUNK) {
+                body.push_str(&line.to_string());
+                body.push('\n');
+            }
+            (!body.is_empty()).then_some(body)
+        })
+    }
+
+    /// Bulk-loads [`Graph::history`]: the timelines start with data in them, so the phases
+    /// measure a database past its first, cheapest inserts. Returns the entries loaded.
+    pub async fn preload(
+        &self,
+        http: &reqwest::Client,
+        base: &str,
+        tweets: u64,
+        seed: u64,
+    ) -> Result<u64, String> {
+        let mut n = 0;
+        for body in self.history(tweets, seed) {
+            n += bulk(http, base, body).await?;
+        }
+        Ok(n)
+    }
+}
+
+/// Posts one NDJSON body to `/v1/bulk`; every line must apply. Returns the lines applied.
+async fn bulk(http: &reqwest::Client, base: &str, body: String) -> Result<u64, String> {
+    let resp: Value = http
+        .post(format!("{base}/v1/bulk"))
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| format!("bulk load: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("bulk load: {e}"))?;
+    match (resp["failed"].as_u64(), resp["applied"].as_u64()) {
+        (Some(0), Some(applied)) => Ok(applied),
+        _ => Err(format!("bulk load failed: {resp}")),
     }
 }
 
@@ -235,6 +279,24 @@ mod tests {
         assert!(bodies.len() > 1);
         let lines: usize = bodies.iter().map(|b| b.lines().count()).sum();
         assert_eq!(lines, g.edges());
+    }
+
+    #[test]
+    fn history_puts_one_entry_per_follower_of_each_tweet() {
+        let g = Graph::generate(300, 30_000, 3);
+        let bodies: Vec<String> = g.history(50, 9).collect();
+        let lines: Vec<Value> = bodies
+            .iter()
+            .flat_map(|b| b.lines().map(|l| serde_json::from_str(l).unwrap()))
+            .collect();
+        assert!(bodies.iter().all(|b| b.lines().count() <= BULK_CHUNK));
+        let tweets: std::collections::HashSet<&str> =
+            lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
+        assert!(tweets.len() <= 50 && tweets.contains("pre-0"));
+        assert!(lines
+            .iter()
+            .all(|l| l["collection"].as_str().unwrap().starts_with("timelines/")));
+        assert_eq!(g.history(0, 9).count(), 0);
     }
 
     #[test]
