@@ -412,23 +412,31 @@ impl Db {
         }))
     }
 
-    /// Runs a catalog change as a storage job: persisted with the commit, applied in memory
-    /// before the next batch runs.
+    /// Runs a catalog change as a storage job. The change is applied to the in-memory catalog
+    /// when the job runs, on the writer thread, and the whole catalog is persisted with it.
+    ///
+    /// Why not in a commit hook: a write in the same batch may mark a path multikey in memory
+    /// (and persist the catalog) between this job and its hook, and a hook that installed a
+    /// copy taken earlier would drop that mark, in memory and, through the write's persisted
+    /// copy, the other way round on disk. Every catalog change happens on the writer thread in
+    /// job order, so each persisted copy includes all earlier ones. (If the batch then fails to
+    /// commit, memory is ahead of the file until the next catalog write persists it; the
+    /// changes are all safe to see early.)
     fn catalog_job<T: Send + 'static>(
         &self,
         change: impl FnOnce(&mut Catalog) -> Result<T, DbError> + Send + 'static,
     ) -> Result<T, DbError> {
         let inner = Arc::clone(&self.inner);
         let ticket = self.inner.store.submit(move |txn: &mut WriteTxn<'_>| {
-            let mut next = inner.catalog.read().expect("catalog lock").clone();
+            let mut cat = inner.catalog.write().expect("catalog lock");
+            let mut next = cat.clone();
             let out = change(&mut next)?;
             txn.put(
                 Table::Meta,
                 META_CATALOG.to_vec(),
                 serde_json::to_vec(&next).expect("catalog JSON"),
             )?;
-            let db = Arc::clone(&inner);
-            txn.on_commit(move || *db.catalog.write().expect("catalog lock") = next);
+            *cat = next;
             Ok::<T, DbError>(out)
         })?;
         Ok(ticket.wait()?)
