@@ -454,45 +454,124 @@ impl Engine {
                 per_view.entry(id).or_default().push(change);
             }
         }
-        let mut failed_conns = Vec::new();
-        let mut broken = Vec::new();
-        let mut deliver = |id: ViewId, changes: &[DocChange<'_>]| {
-            let Some(Some(view)) = views.get_mut(id as usize) else {
-                return;
-            };
-            if view.live.seq() >= seq {
-                return;
-            }
-            match apply_changes(db, &view.collection, &mut view.live, seq, changes) {
-                Ok(events) if events.is_empty() => {}
-                Ok(events) => {
-                    for s in &view.subs {
-                        if !s.sink.send(changes_msg(&s.sub, seq, &events)) {
-                            failed_conns.push(s.sink.conn());
-                        }
-                    }
-                }
-                Err(e) => {
-                    for s in &view.subs {
-                        s.sink.send(error_msg(&s.sub, &e));
-                    }
-                    broken.push(id);
-                }
-            }
+        let mut deliver = Deliver {
+            db,
+            views,
+            seq,
+            failed_conns: Vec::new(),
+            broken: Vec::new(),
         };
         for (id, changes) in &per_view {
-            deliver(*id, changes);
+            deliver.call(*id, changes);
         }
         for (collection, changes) in &by_collection {
-            for &id in matchers[*collection].scanned() {
-                deliver(id, changes);
+            let scanned = matchers[*collection].scanned();
+            // Which scan-list views the changes touch, found in parallel when the list is long
+            // (read-only); then the few touched views are updated one by one.
+            let touched = scan_touched(deliver.views(), scanned, changes, seq);
+            for id in touched {
+                deliver.call(id, changes);
             }
+            deliver.skip_to(scanned, seq);
         }
+        let Deliver {
+            failed_conns,
+            broken,
+            ..
+        } = deliver;
         for id in broken {
             self.drop_view(id);
         }
         if !failed_conns.is_empty() {
             self.remove(|s| failed_conns.contains(&s.sink.conn()));
+        }
+    }
+}
+
+/// Scan lists at least this long are checked on two threads.
+const PARALLEL_SCAN_MIN: usize = 2048;
+
+/// The views of `ids` that the changes of commit `seq` touch (see [`LiveView::touched_by`]).
+fn scan_touched(
+    views: &[Option<View>],
+    ids: &[ViewId],
+    changes: &[DocChange<'_>],
+    seq: u64,
+) -> Vec<ViewId> {
+    let check = |part: &[ViewId]| -> Vec<ViewId> {
+        part.iter()
+            .copied()
+            .filter(|&id| {
+                matches!(views.get(id as usize), Some(Some(v))
+                    if v.live.seq() < seq && v.live.touched_by(changes))
+            })
+            .collect()
+    };
+    let parallel = ids.len() >= PARALLEL_SCAN_MIN
+        && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    if !parallel {
+        return check(ids);
+    }
+    let (a, b) = ids.split_at(ids.len() / 2);
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| check(b));
+        let mut out = check(a);
+        out.extend(other.join().expect("a scan thread panicked"));
+        out
+    })
+}
+
+/// Applies one commit's changes to views and sends their events, collecting the connections
+/// that could not take them and the views that failed.
+struct Deliver<'a> {
+    db: &'a Db,
+    views: &'a mut Vec<Option<View>>,
+    seq: u64,
+    failed_conns: Vec<u64>,
+    broken: Vec<ViewId>,
+}
+
+impl Deliver<'_> {
+    fn views(&self) -> &[Option<View>] {
+        self.views
+    }
+
+    fn call(&mut self, id: ViewId, changes: &[DocChange<'_>]) {
+        let seq = self.seq;
+        let Some(Some(view)) = self.views.get_mut(id as usize) else {
+            return;
+        };
+        if view.live.seq() >= seq {
+            return;
+        }
+        if !view.live.touched_by(changes) {
+            view.live.skip_to(seq);
+            return;
+        }
+        match apply_changes(self.db, &view.collection, &mut view.live, seq, changes) {
+            Ok(events) if events.is_empty() => {}
+            Ok(events) => {
+                for s in &view.subs {
+                    if !s.sink.send(changes_msg(&s.sub, seq, &events)) {
+                        self.failed_conns.push(s.sink.conn());
+                    }
+                }
+            }
+            Err(e) => {
+                for s in &view.subs {
+                    s.sink.send(error_msg(&s.sub, &e));
+                }
+                self.broken.push(id);
+            }
+        }
+    }
+
+    /// Marks views as caught up with this commit (those it did not touch).
+    fn skip_to(&mut self, ids: &[ViewId], seq: u64) {
+        for &id in ids {
+            if let Some(Some(v)) = self.views.get_mut(id as usize) {
+                v.live.skip_to(seq);
+            }
         }
     }
 }

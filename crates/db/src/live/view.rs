@@ -139,6 +139,22 @@ impl LiveView {
             .collect()
     }
 
+    /// Whether any of the changes touches what the view holds or would hold. Most changes a view
+    /// is offered do not: this is the hot path when many views share a scan list, so it
+    /// allocates nothing and hashes an id only when the view holds documents.
+    #[inline]
+    pub fn touched_by(&self, changes: &[DocChange<'_>]) -> bool {
+        changes.iter().any(|(id, _, after)| {
+            (!self.keys.is_empty() && self.keys.contains_key(*id))
+                || after.is_some_and(|a| self.query.filter.matches(a) && self.would_hold(a))
+        })
+    }
+
+    /// Marks the view as caught up with `seq` when none of that commit's changes touched it.
+    pub fn skip_to(&mut self, seq: u64) {
+        self.seq = self.seq.max(seq);
+    }
+
     /// Applies the changes of one commit and returns the edits of the visible window.
     pub fn apply(
         &mut self,
@@ -146,13 +162,7 @@ impl LiveView {
         changes: &[DocChange<'_>],
         refill: &mut dyn Refill,
     ) -> Result<Vec<ChangeEvent>, crate::DbError> {
-        // Most changes a view is offered touch nothing it holds: skip them without building
-        // windows (this is the hot path when many views share a scan list).
-        let touches = changes.iter().any(|(id, _, after)| {
-            self.keys.contains_key(*id)
-                || after.is_some_and(|a| self.query.filter.matches(a) && self.would_hold(a))
-        });
-        if !touches {
+        if !self.touched_by(changes) {
             self.seq = seq;
             return Ok(Vec::new());
         }
