@@ -76,10 +76,21 @@ pub fn self_cpu_secs(tick: f64) -> f64 {
     cpu_secs("/proc/self/stat", tick).unwrap_or(0.0)
 }
 
+/// This binary, for the child processes. If it was rebuilt while running, Linux reports the
+/// old file as "PATH (deleted)"; the new file at PATH is used then.
+fn herald_exe() -> Result<std::path::PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let text = exe.to_string_lossy();
+    match text.strip_suffix(" (deleted)") {
+        Some(path) => Ok(std::path::PathBuf::from(path)),
+        None => Ok(exe),
+    }
+}
+
 /// Starts `herald serve` (durable default: fsync group commit) on `data` and a free loopback
 /// port; returns it with its address once it listens. Its later stderr lines are forwarded.
 pub fn spawn_herald(data: &Path, trigger_workers: usize) -> Result<(Proc, String), String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let exe = herald_exe()?;
     let mut child = Command::new(exe)
         .args(["serve", "--listen", "127.0.0.1:0", "--trigger-workers"])
         .arg(trigger_workers.to_string())
@@ -170,7 +181,7 @@ pub async fn spawn_redis(dir: &Path) -> Result<(Proc, String), String> {
 /// Starts the external-queue worker (`herald bench fanout-worker`). Its stdin is a pipe held
 /// by the returned handle, so the worker exits by itself if the bench dies.
 pub fn spawn_worker(herald: &str, redis: &str, concurrency: usize) -> Result<Proc, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let exe = herald_exe()?;
     let child = Command::new(exe)
         .args([
             "bench",
