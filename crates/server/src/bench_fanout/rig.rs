@@ -17,9 +17,10 @@ const PHASE_TWEETS_MAX: usize = 4_000_000;
 
 /// Everything running for one mode; dropping it kills the processes.
 pub struct Rig {
-    pub server: Proc,
-    pub redis: Option<Proc>,
+    // Fields drop in this order: the worker before the Redis it reads, both before Herald.
     pub worker: Option<Proc>,
+    pub redis: Option<Proc>,
+    pub server: Proc,
     pub target: Arc<Target>,
     _dir: tempfile::TempDir,
 }
