@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use crate::read::ReadTxn;
 use crate::tables::Table;
 use crate::write::WriteTxn;
-use crate::writer::{Job, Metrics, MetricsSnapshot, Msg, Ticket, TypedJob, Writer};
+use crate::writer::{BackgroundJob, Job, Metrics, MetricsSnapshot, Msg, Ticket, TypedJob, Writer};
 use crate::{StorageError, StoreOptions};
 
 /// The name of the one database file inside the store's directory.
@@ -24,7 +24,7 @@ pub struct Store {
     // `None` once closing has begun; dropping the sender is what tells the writer to finish.
     queue: Option<SyncSender<Msg>>,
     /// Background jobs; bounded like the foreground queue.
-    background: Option<SyncSender<Box<dyn Job>>>,
+    background: Option<SyncSender<BackgroundJob>>,
     /// True while the writer sleeps on the foreground queue: only then does a background job
     /// send it a `Wake`, so wake-ups never take the room client jobs need.
     writer_sleeping: Arc<std::sync::atomic::AtomicBool>,
@@ -143,9 +143,33 @@ impl Store {
         T: Send + 'static,
         E: Send + 'static,
     {
+        self.enqueue_background(job, false)
+    }
+
+    /// Like [`submit_background`](Store::submit_background), for a job that writes a lot (a
+    /// trigger task fanning out to thousands of documents): it runs only as the first job of a
+    /// batch, so client jobs queued before it never share its batch. (A client job that
+    /// arrives while it runs still waits for it: there is one writer.)
+    pub fn submit_background_heavy<F, T, E>(&self, job: F) -> Result<Ticket<T, E>, StorageError>
+    where
+        F: FnOnce(&mut WriteTxn<'_>) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        self.enqueue_background(job, true)
+    }
+
+    fn enqueue_background<F, T, E>(&self, job: F, heavy: bool) -> Result<Ticket<T, E>, StorageError>
+    where
+        F: FnOnce(&mut WriteTxn<'_>) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
         let (job, ticket) = package(job);
         let background = self.background.as_ref().ok_or(StorageError::Closed)?;
-        background.send(job).map_err(|_| StorageError::Closed)?;
+        background
+            .send(BackgroundJob { job, heavy })
+            .map_err(|_| StorageError::Closed)?;
         // Wake the writer if it sleeps (it re-checks the background queue after saying so, and
         // the fences order that check against this job's arrival). A busy writer looks anyway.
         use std::sync::atomic::{fence, Ordering::SeqCst};

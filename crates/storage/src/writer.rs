@@ -27,6 +27,13 @@ pub(crate) enum Msg {
     Wake,
 }
 
+/// A queued background job. A heavy one (a large trigger task) runs only as the first job of a
+/// batch, never behind client jobs that happen to share its batch.
+pub(crate) struct BackgroundJob {
+    pub(crate) job: Box<dyn Job>,
+    pub(crate) heavy: bool,
+}
+
 /// A queued write, its result type erased so one queue carries every kind of job.
 pub(crate) trait Job: Send {
     /// Runs the job against `txn`. The writer applies `txn`'s writes only if `Ran::ok`.
@@ -198,7 +205,7 @@ pub(crate) struct Writer {
     pub(crate) queue: Receiver<Msg>,
     /// Background jobs (trigger tasks, index builds): they fill a batch after the foreground
     /// jobs, within `background_budget` of the batch's start, and at least one per batch.
-    pub(crate) background: Receiver<Box<dyn Job>>,
+    pub(crate) background: Receiver<BackgroundJob>,
     pub(crate) background_budget: Duration,
     /// Set while the writer sleeps on the foreground queue (see `Store::submit_background`).
     pub(crate) sleeping: Arc<std::sync::atomic::AtomicBool>,
@@ -222,21 +229,29 @@ impl Writer {
         let mut volatile_since: Option<Instant> = None;
         let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(self.batch_max);
         let mut foreground_open = true;
+        // A heavy background job met while filling a batch. The client jobs queued by then
+        // commit first, in a batch of their own; then the heavy job opens the next batch.
+        let mut deferred: Option<Box<dyn Job>> = None;
+        let mut yielded = false;
         loop {
-            // Foreground first, then background; with neither, sleep on the foreground queue
-            // (a background submission also sends a `Wake` there).
-            let ready = loop {
-                match self.queue.try_recv() {
-                    Ok(Msg::Job(job)) => break Some(job),
-                    Ok(Msg::Wake) => continue,
-                    Err(TryRecvError::Empty) => break None,
-                    Err(TryRecvError::Disconnected) => {
-                        foreground_open = false;
-                        break None;
+            if deferred.is_some() {
+                if !yielded {
+                    yielded = true;
+                    if let Some(job) = self.next_foreground(&mut foreground_open) {
+                        batch.push(job);
+                        self.fill_and_commit(&mut batch, &mut volatile_since, &mut deferred);
+                        continue;
                     }
                 }
-            };
-            let first = match ready.or_else(|| self.background.try_recv().ok()) {
+                yielded = false;
+                batch.push(deferred.take().expect("checked"));
+                self.fill_and_commit(&mut batch, &mut volatile_since, &mut deferred);
+                continue;
+            }
+            // Foreground first, then background; with neither, sleep on the foreground queue
+            // (a background submission also sends a `Wake` there).
+            let ready = self.next_foreground(&mut foreground_open);
+            let first = match ready.or_else(|| self.background.try_recv().ok().map(|b| b.job)) {
                 Some(job) => job,
                 None if !foreground_open => break,
                 None => {
@@ -245,10 +260,10 @@ impl Writer {
                     use std::sync::atomic::{fence, Ordering::SeqCst};
                     self.sleeping.store(true, SeqCst);
                     fence(SeqCst);
-                    if let Ok(job) = self.background.try_recv() {
+                    if let Ok(b) = self.background.try_recv() {
                         self.sleeping.store(false, SeqCst);
-                        batch.push(job);
-                        self.fill_and_commit(&mut batch, &mut volatile_since);
+                        batch.push(b.job);
+                        self.fill_and_commit(&mut batch, &mut volatile_since, &mut deferred);
                         continue;
                     }
                     // The deadline by which the volatile commits must be made durable, if any.
@@ -285,7 +300,10 @@ impl Writer {
                 }
             };
             batch.push(first);
-            self.fill_and_commit(&mut batch, &mut volatile_since);
+            self.fill_and_commit(&mut batch, &mut volatile_since, &mut deferred);
+        }
+        if let Some(job) = deferred.take() {
+            self.commit_batch(vec![job], true, &mut None);
         }
         if volatile_since.is_some() {
             self.make_durable()?;
@@ -293,9 +311,29 @@ impl Writer {
         Ok(())
     }
 
+    /// The next queued foreground job, if any, skipping wake-ups.
+    fn next_foreground(&self, open: &mut bool) -> Option<Box<dyn Job>> {
+        loop {
+            match self.queue.try_recv() {
+                Ok(Msg::Job(job)) => return Some(job),
+                Ok(Msg::Wake) => continue,
+                Err(TryRecvError::Empty) => return None,
+                Err(TryRecvError::Disconnected) => {
+                    *open = false;
+                    return None;
+                }
+            }
+        }
+    }
+
     /// Adds the queued foreground jobs to `batch` (up to `batch_max`) and commits it; background
     /// jobs join inside [`commit_batch`](Writer::commit_batch).
-    fn fill_and_commit(&self, batch: &mut Vec<Box<dyn Job>>, volatile_since: &mut Option<Instant>) {
+    fn fill_and_commit(
+        &self,
+        batch: &mut Vec<Box<dyn Job>>,
+        volatile_since: &mut Option<Instant>,
+        deferred: &mut Option<Box<dyn Job>>,
+    ) {
         while batch.len() < self.batch_max {
             match self.queue.try_recv() {
                 Ok(Msg::Job(job)) => batch.push(job),
@@ -305,7 +343,7 @@ impl Writer {
         }
         let durable = self.durability == Durability::Fsync
             || volatile_since.is_some_and(|since| since.elapsed() >= self.nosync_lag_max);
-        if self.commit_batch(std::mem::take(batch), durable) {
+        if self.commit_batch(std::mem::take(batch), durable, deferred) {
             if durable {
                 *volatile_since = None;
             } else {
@@ -330,8 +368,14 @@ impl Writer {
 
     /// Runs and commits one batch and resolves its tickets; returns whether it committed.
     /// Background jobs join the batch after `batch` while the budget lasts.
-    fn commit_batch(&self, batch: Vec<Box<dyn Job>>, durable: bool) -> bool {
+    fn commit_batch(
+        &self,
+        batch: Vec<Box<dyn Job>>,
+        durable: bool,
+        deferred: &mut Option<Box<dyn Job>>,
+    ) -> bool {
         let mut jobs = BatchJobs {
+            deferred,
             room: self.batch_max.saturating_sub(batch.len()),
             fixed: batch.into_iter(),
             background: &self.background,
@@ -417,7 +461,9 @@ impl Writer {
 /// always progresses), up to `batch_max` in all.
 struct BatchJobs<'a> {
     fixed: std::vec::IntoIter<Box<dyn Job>>,
-    background: &'a Receiver<Box<dyn Job>>,
+    background: &'a Receiver<BackgroundJob>,
+    /// Where a heavy background job goes when met here: it opens the next batch instead.
+    deferred: &'a mut Option<Box<dyn Job>>,
     until: Instant,
     room: usize,
     taken: usize,
@@ -435,10 +481,17 @@ impl Iterator for BatchJobs<'_> {
         if self.closed || self.room == 0 || (self.taken > 0 && Instant::now() >= self.until) {
             return None;
         }
-        let job = self.background.try_recv().ok()?;
+        if self.deferred.is_some() {
+            return None;
+        }
+        let b = self.background.try_recv().ok()?;
+        if b.heavy {
+            *self.deferred = Some(b.job);
+            return None;
+        }
         self.room -= 1;
         self.taken += 1;
-        Some(job)
+        Some(b.job)
     }
 }
 

@@ -28,7 +28,8 @@ pub use def::{
 };
 pub(crate) use ops::load;
 pub use ops::{
-    task_json, ReadCheck, TaskDone, TaskFailed, DEAD_CHUNK_MAX, DEAD_LIST_MAX, TASK_WRITES_MAX,
+    task_json, ReadCheck, TaskDone, TaskFailed, DEAD_CHUNK_MAX, DEAD_LIST_MAX, TASK_WRITES_HEAVY,
+    TASK_WRITES_MAX,
 };
 pub use registry::{RecentError, Registry, TriggerStats, RECENT_ERRORS_MAX};
 pub(crate) use task::enqueue;

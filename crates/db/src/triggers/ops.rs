@@ -17,6 +17,9 @@ use std::sync::Arc;
 
 /// Most writes one trigger task may commit (a fan-out to many followers is one task).
 pub const TASK_WRITES_MAX: usize = 10_000;
+/// A task with more writes than this commits as a heavy background job: alone at the head of
+/// a batch, never sharing one with client writes queued before it.
+pub const TASK_WRITES_HEAVY: usize = 256;
 /// Most dead letters moved or deleted per storage job.
 pub const DEAD_CHUNK_MAX: usize = 500;
 /// Most dead letters one listing returns.
@@ -242,52 +245,55 @@ impl Db {
             prepare(&mut writes, &self.inner.settings.limits, TASK_WRITES_MAX)?;
         }
         let inner = Arc::clone(&self.inner);
+        let heavy = writes.len() > TASK_WRITES_HEAVY;
         // Background: a client's write never waits behind a backlog of trigger tasks.
-        Ok(self
-            .inner
-            .store
-            .submit_background(move |txn: &mut WriteTxn<'_>| {
-                let key = id.queue_key();
-                let Some(bytes) = txn.get(Table::Tasks, &key)? else {
-                    return Ok(TaskDone::Gone);
-                };
-                let task = Task::decode(&bytes)?;
-                for r in &reads {
-                    let now = txn
-                        .get(Table::Docs, &doc_key(&r.collection, &r.id))?
-                        .map_or(0, |b| crate::layout::doc_version(&b));
-                    if now != r.version {
-                        return Err(DbError::TaskConflict {
-                            collection: r.collection.clone(),
-                            id: r.id.clone(),
-                        });
-                    }
+        let job = move |txn: &mut WriteTxn<'_>| {
+            let key = id.queue_key();
+            let Some(bytes) = txn.get(Table::Tasks, &key)? else {
+                return Ok(TaskDone::Gone);
+            };
+            let task = Task::decode(&bytes)?;
+            for r in &reads {
+                let now = txn
+                    .get(Table::Docs, &doc_key(&r.collection, &r.id))?
+                    .map_or(0, |b| crate::layout::doc_version(&b));
+                if now != r.version {
+                    return Err(DbError::TaskConflict {
+                        collection: r.collection.clone(),
+                        id: r.id.clone(),
+                    });
                 }
-                txn.delete(Table::Tasks, key);
-                let outcome = if writes.is_empty() {
-                    None
-                } else {
-                    let ctx = ApplyCtx {
-                        catalog: &inner.catalog,
-                        settings: &inner.settings,
-                        triggers: &inner.triggers,
-                        depth: task.depth,
-                        now_ms: crate::db::now_ms(),
-                    };
-                    Some(apply(txn, &writes, &ctx)?)
+            }
+            txn.delete(Table::Tasks, key);
+            let outcome = if writes.is_empty() {
+                None
+            } else {
+                let ctx = ApplyCtx {
+                    catalog: &inner.catalog,
+                    settings: &inner.settings,
+                    triggers: &inner.triggers,
+                    depth: task.depth,
+                    now_ms: crate::db::now_ms(),
                 };
-                let publish = outcome.as_ref().map(|o| publish_hook(&inner, o));
-                let db = Arc::clone(&inner);
-                txn.on_commit(move || {
-                    if let Some(p) = publish {
-                        p();
-                    }
-                    let stats = db.triggers.stats(id.uid);
-                    stats.pending.fetch_sub(1, Ordering::AcqRel);
-                    stats.executed.fetch_add(1, Ordering::Relaxed);
-                });
-                Ok(TaskDone::Done(outcome))
-            })?)
+                Some(apply(txn, &writes, &ctx)?)
+            };
+            let publish = outcome.as_ref().map(|o| publish_hook(&inner, o));
+            let db = Arc::clone(&inner);
+            txn.on_commit(move || {
+                if let Some(p) = publish {
+                    p();
+                }
+                let stats = db.triggers.stats(id.uid);
+                stats.pending.fetch_sub(1, Ordering::AcqRel);
+                stats.executed.fetch_add(1, Ordering::Relaxed);
+            });
+            Ok(TaskDone::Done(outcome))
+        };
+        Ok(if heavy {
+            self.inner.store.submit_background_heavy(job)?
+        } else {
+            self.inner.store.submit_background(job)?
+        })
     }
 
     /// Records a failed attempt: the task is retried at `retry_at_ms`, or, once it has failed

@@ -9,7 +9,9 @@
 //! beyond the window wait their turn, so ordering holds across window loads too.
 //!
 //! The dispatcher never writes; workers complete or fail tasks through the database and report
-//! back. At most `workers` tasks are in flight, which also bounds the completion channel.
+//! back. At most `workers * IN_FLIGHT_PER_WORKER` tasks are in flight (JavaScript itself runs
+//! on at most `workers` threads; a task waiting for its commit holds none), which also bounds
+//! the completion channel.
 
 use crate::triggers::exec::{self, now_ms, Outcome};
 use crate::triggers::TriggerOptions;
@@ -26,6 +28,9 @@ pub const WINDOW_MAX: usize = 1024;
 /// Most bytes of queued tasks (stored size, before- and after-images included) held in memory
 /// per trigger; at least one task is always held.
 pub const WINDOW_BYTES_MAX: usize = 32 << 20;
+/// Tasks in flight per worker: a task waiting for its group commit holds no thread, so more
+/// tasks than workers can be in flight, and one commit can complete many of them.
+pub const IN_FLIGHT_PER_WORKER: usize = 8;
 /// Longest the dispatcher sleeps without a wake-up (a safety net; wake-ups are explicit).
 const IDLE_WAIT_MS_MAX: u64 = 1000;
 
@@ -88,6 +93,9 @@ pub struct Dispatcher {
     pub http: reqwest::Client,
     pub done_tx: Sender<Completion>,
     pub done_rx: Receiver<Completion>,
+    /// JavaScript runs at once: `workers`. Tasks in flight (running, or waiting for their
+    /// commit) may be `IN_FLIGHT_PER_WORKER` times more, so that many tasks share a commit.
+    pub js_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Dispatcher {
@@ -96,6 +104,7 @@ impl Dispatcher {
         let mut in_flight = 0usize;
         let mut requeues = self.db.triggers().requeues();
         let mut start = 0usize;
+        let in_flight_max = self.opts.workers * IN_FLIGHT_PER_WORKER;
         loop {
             while let Ok(c) = self.done_rx.try_recv() {
                 in_flight -= 1;
@@ -151,12 +160,12 @@ impl Dispatcher {
             let mut next_wake = now_ms() + IDLE_WAIT_MS_MAX;
             let uids: Vec<u64> = windows.keys().copied().collect();
             for k in 0..uids.len() {
-                if in_flight >= self.opts.workers {
+                if in_flight >= in_flight_max {
                     break;
                 }
                 let uid = uids[(start + k) % uids.len()];
                 let w = windows.get_mut(&uid).expect("listed");
-                let (sent, wake) = self.pass(uid, w, self.opts.workers - in_flight);
+                let (sent, wake) = self.pass(uid, w, in_flight_max - in_flight);
                 in_flight += sent;
                 next_wake = next_wake.min(wake);
             }
@@ -248,8 +257,9 @@ impl Dispatcher {
         };
         match &def.action {
             Action::Function(_) => {
-                self.runtime.spawn_blocking(move || {
-                    report(exec::run_function(&db, &def, id, &task, &opts));
+                let slots = self.js_slots.clone();
+                self.runtime.spawn(async move {
+                    report(exec::run_function(db, def, id, task, opts, slots).await);
                 });
             }
             Action::Webhook { .. } => {

@@ -5,12 +5,13 @@
 use crate::triggers::host::TaskHost;
 use crate::triggers::TriggerOptions;
 use herald_db::triggers::{Action, Task, TaskDone, TaskFailed, TaskId, TriggerDef};
-use herald_db::{Db, DbError};
+use herald_db::{Db, DbError, Ticket};
 use herald_script::Sandbox;
 use rand::Rng;
 use serde_json::json;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// How often a task that conflicts with concurrent writes is re-run at once before the
 /// conflict counts as a failed attempt.
@@ -48,43 +49,66 @@ pub fn backoff_ms(attempts: u32, opts: &TriggerOptions) -> u64 {
     full / 2 + rand::thread_rng().gen_range(0..=full / 2)
 }
 
-/// Runs a function task to the end (blocking: call on a blocking thread).
-pub fn run_function(
+/// Runs the function in this blocking thread's sandbox and submits the task's completion: its
+/// writes, its read checks and its removal from the queue, as one storage job.
+fn run_and_submit(
     db: &Db,
-    def: &TriggerDef,
+    source: &str,
     id: TaskId,
-    task: &Task,
+    event: &serde_json::Value,
     opts: &TriggerOptions,
+) -> Result<Ticket<TaskDone, DbError>, String> {
+    let (writes, reads) = SANDBOX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(Sandbox::new(opts.script).map_err(|e| format!("{}: {e}", e.code()))?);
+        }
+        let sandbox = slot.as_mut().expect("just set");
+        let mut host = TaskHost::new(db);
+        sandbox.run(source, event, &mut host).map_err(|e| match e {
+            // A database call the function let escape: report the database's own code.
+            herald_script::ScriptError::Host(h) => format!("{}: {}", h.code, h.message),
+            other => format!("{}: {other}", other.code()),
+        })?;
+        Ok::<_, String>(host.finish())
+    })?;
+    db.complete_task(id, writes, reads)
+        .map_err(|e| format!("{}: {e}", e.code()))
+}
+
+/// Runs a function task to the end. The JavaScript runs on a blocking thread, at most
+/// `js_slots` at once; the commit is awaited without holding a thread, so many tasks can
+/// share one group commit.
+pub async fn run_function(
+    db: Db,
+    def: Arc<TriggerDef>,
+    id: TaskId,
+    task: Task,
+    opts: Arc<TriggerOptions>,
+    js_slots: Arc<tokio::sync::Semaphore>,
 ) -> Outcome {
-    let Action::Function(source) = &def.action else {
+    let Action::Function(_) = &def.action else {
         unreachable!("run_function is only dispatched for function triggers");
     };
-    let event = task.event();
+    let event = Arc::new(task.event());
     for _ in 0..=CONFLICT_RERUNS_MAX {
-        let ran = SANDBOX.with(|cell| {
-            let mut slot = cell.borrow_mut();
-            if slot.is_none() {
-                *slot = Some(Sandbox::new(opts.script).map_err(|e| format!("{}: {e}", e.code()))?);
-            }
-            let sandbox = slot.as_mut().expect("just set");
-            let mut host = TaskHost::new(db);
-            sandbox
-                .run(source, &event, &mut host)
-                .map_err(|e| match e {
-                    // A database call the function let escape: report the database's own code.
-                    herald_script::ScriptError::Host(h) => format!("{}: {}", h.code, h.message),
-                    other => format!("{}: {other}", other.code()),
-                })?;
-            Ok::<_, String>(host.finish())
-        });
-        let (writes, reads) = match ran {
-            Ok(parts) => parts,
-            Err(message) => return fail(db, def, id, task, message, opts),
+        let submitted = {
+            let _slot = js_slots.acquire().await;
+            let (db, def, event, opts) = (db.clone(), def.clone(), event.clone(), opts.clone());
+            tokio::task::spawn_blocking(move || {
+                let Action::Function(source) = &def.action else {
+                    unreachable!("checked above");
+                };
+                run_and_submit(&db, source, id, &event, &opts)
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("internal: the task's thread failed: {e}")))
         };
-        let done = db
-            .complete_task(id, writes, reads)
-            .and_then(|t| t.wait().map_err(DbError::from));
-        match done {
+        let ticket = match submitted {
+            Ok(ticket) => ticket,
+            Err(message) => return fail_async(db, def, id, task, message, opts).await,
+        };
+        match ticket.await.map_err(DbError::from) {
             Ok(TaskDone::Done(_)) | Ok(TaskDone::Gone) => return Outcome::Finished,
             Err(DbError::TaskConflict { .. }) => {
                 db.triggers()
@@ -92,14 +116,33 @@ pub fn run_function(
                     .conflicts
                     .fetch_add(1, Ordering::Relaxed);
             }
-            Err(e) => return fail(db, def, id, task, format!("{}: {e}", e.code()), opts),
+            Err(e) => {
+                let message = format!("{}: {e}", e.code());
+                return fail_async(db, def, id, task, message, opts).await;
+            }
         }
     }
     let message = format!(
         "task_conflict: the documents this task reads kept changing ({} runs)",
         CONFLICT_RERUNS_MAX + 1
     );
-    fail(db, def, id, task, message, opts)
+    fail_async(db, def, id, task, message, opts).await
+}
+
+/// [`fail`] on a blocking thread (recording a failure submits to the store, which may block).
+async fn fail_async(
+    db: Db,
+    def: Arc<TriggerDef>,
+    id: TaskId,
+    task: Task,
+    message: String,
+    opts: Arc<TriggerOptions>,
+) -> Outcome {
+    tokio::task::spawn_blocking(move || fail(&db, &def, id, &task, message, &opts))
+        .await
+        .unwrap_or(Outcome::Retry {
+            not_before_ms: now_ms() + 1000,
+        })
 }
 
 /// Posts a webhook task's event (at least once: a crash between the POST and the dequeue
@@ -107,10 +150,10 @@ pub fn run_function(
 pub async fn run_webhook(
     db: Db,
     client: reqwest::Client,
-    def: std::sync::Arc<TriggerDef>,
+    def: Arc<TriggerDef>,
     id: TaskId,
     task: Task,
-    opts: std::sync::Arc<TriggerOptions>,
+    opts: Arc<TriggerOptions>,
 ) -> Outcome {
     let Action::Webhook { url, headers } = &def.action else {
         unreachable!("run_webhook is only dispatched for webhook triggers");
@@ -146,13 +189,7 @@ pub async fn run_webhook(
         Err(e) if e.is_timeout() => format!("webhook_timeout: {url} did not answer in time"),
         Err(e) => format!("webhook_error: {e}"),
     };
-    let db2 = db.clone();
-    let (def2, task2) = (def.clone(), task.clone());
-    tokio::task::spawn_blocking(move || fail(&db2, &def2, id, &task2, failure, &opts))
-        .await
-        .unwrap_or(Outcome::Retry {
-            not_before_ms: now_ms() + 1000,
-        })
+    fail_async(db, def, id, task, failure, opts).await
 }
 
 /// Stable for the task's whole life (all attempts, restarts and re-queues).

@@ -22,7 +22,8 @@ pub const WEBHOOK_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 
 #[derive(Debug, Clone)]
 pub struct TriggerOptions {
-    /// Tasks run at once (JavaScript and webhooks together); at least 1.
+    /// JavaScript tasks run at once; at least 1. Up to 8 times as many tasks (JavaScript
+    /// waiting for its commit, and webhooks) are in flight.
     pub workers: usize,
     pub script: herald_script::Limits,
     pub webhook_timeout: Duration,
@@ -67,6 +68,7 @@ impl TriggerService {
             http: reqwest::Client::new(),
             done_tx,
             done_rx,
+            js_slots: Arc::new(tokio::sync::Semaphore::new(opts.workers.max(1))),
         };
         let thread = std::thread::Builder::new()
             .name("herald-triggers".into())

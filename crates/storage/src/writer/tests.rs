@@ -271,6 +271,34 @@ fn background_jobs_yield_to_foreground_jobs() {
 }
 
 #[test]
+fn a_heavy_background_job_runs_after_the_queued_client_jobs_in_a_batch_of_its_own() {
+    let store = memory(1024, 1024);
+    let (order_tx, order) = mpsc::channel();
+    let (stalled, release) = stall(&store);
+    let job = |name: &'static str| {
+        let order_tx = order_tx.clone();
+        move |txn: &mut WriteTxn<'_>| {
+            txn.put(Table::Docs, name.as_bytes().to_vec(), b"x".to_vec())?;
+            txn.on_commit(move || order_tx.send(name).unwrap());
+            Ok::<(), StorageError>(())
+        }
+    };
+    let heavy = store.submit_background_heavy(job("heavy")).unwrap();
+    let light = store.submit_background(job("light")).unwrap();
+    let client = store.submit(job("client")).unwrap();
+    drop(release);
+    stalled.wait().unwrap();
+    for t in [heavy, light, client] {
+        t.wait().unwrap();
+    }
+    let seen: Vec<&str> = order.try_iter().collect();
+    // The heavy job was met first while the stalled batch filled up; the client job, queued
+    // meanwhile, still commits before it, in a batch without it.
+    let pos = |n: &str| seen.iter().position(|s| *s == n).unwrap();
+    assert!(pos("client") < pos("heavy"), "{seen:?}");
+}
+
+#[test]
 fn background_jobs_never_fill_the_foreground_queue() {
     // Many background jobs while the writer is busy leave the one-slot foreground queue free.
     let store = memory(1024, 1);
