@@ -37,7 +37,9 @@
 //! index builds) wait in a second queue and join a batch after its foreground jobs, only while
 //! the batch is younger than a small budget (at least one per batch, so they always progress).
 //! A backlog of background work therefore delays a client's write by about that budget plus
-//! one background job, not by the whole backlog.
+//! one background job, not by the whole backlog. A heavy background job
+//! ([`Store::submit_background_heavy`]) runs only at the head of a batch, after the foreground
+//! jobs queued before it have committed without it.
 //!
 //! So a ticket never resolves before its writes are durable: acknowledged means durable. While
 //! one batch is being fsynced the next one queues up, which is where the batching comes from;
