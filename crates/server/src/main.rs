@@ -36,23 +36,78 @@ enum WorkloadArg {
     Regex,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum SeriesArg {
+    /// Active queries at 1,000 writes/s.
+    Queries,
+    /// Writes/s with 1,000 active queries.
+    Writes,
+}
+
+fn durability_of(d: DurabilityArg) -> Durability {
+    match d {
+        DurabilityArg::Fsync => Durability::Fsync,
+        DurabilityArg::Nosync => Durability::NoSync,
+    }
+}
+
 #[derive(Subcommand)]
 enum BenchCommand {
-    /// Live-query notification latency under the InvaliDB workload.
+    /// Live-query notification latency under the InvaliDB workload: explicit runs, or with
+    /// `--search` the capacity of each workload (p99 <= 30 ms) and latency at 80% of it.
     Live {
-        /// `range` (InvaliDB's indexable range queries) or `regex` (unindexable prefixes).
-        #[arg(long, value_enum, default_value = "range")]
-        workload: WorkloadArg,
-        /// Active queries per run (comma-separated).
+        /// Workloads (comma-separated): `range` (InvaliDB's indexable range queries), `regex`
+        /// (unindexable `$regex` prefixes).
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "range")]
+        workload: Vec<WorkloadArg>,
+        /// Explicit mode: active queries per run (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
-        queries: Vec<usize>,
-        /// Writes per second per run (comma-separated).
+        queries: Vec<u64>,
+        /// Explicit mode: writes per second per run (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "1000")]
         rates: Vec<u64>,
+        /// Seconds of writing per run (each probe of a search too).
         #[arg(long, default_value_t = 10)]
         secs: u64,
-        #[arg(long, default_value = "target/bench-results/live.json")]
-        out: PathBuf,
+        /// Durability of the server the benchmark starts.
+        #[arg(long, value_enum, default_value = "fsync")]
+        durability: DurabilityArg,
+        /// Search each workload's capacity instead of explicit runs: the most active queries
+        /// at 1,000 writes/s and the most writes/s with 1,000 queries, with p99 <= 30 ms, the
+        /// write rate held within 5% and every notification delivered; then a run at 80%.
+        #[arg(long)]
+        search: bool,
+        /// Search mode: series to search (comma-separated): `queries`, `writes`.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "queries,writes"
+        )]
+        series: Vec<SeriesArg>,
+        /// Search mode: bound of the queries series.
+        #[arg(long, default_value_t = 400_000)]
+        max_queries: u64,
+        /// Search mode: bound of the writes series (writes/s).
+        #[arg(long, default_value_t = 40_000)]
+        max_rate: u64,
+        /// Search mode: first probe of the queries series (default: 25000 for range, 1000 for
+        /// regex).
+        #[arg(long)]
+        start_queries: Option<u64>,
+        /// Search mode: first probe of the writes series (writes/s).
+        #[arg(long, default_value_t = 1_000)]
+        start_rate: u64,
+        /// Search mode: bisection steps between the last pass and the first fail.
+        #[arg(long, default_value_t = 4)]
+        bisect_steps: u32,
+        /// Search mode: seconds of writing in the run at 80% of capacity.
+        #[arg(long, default_value_t = 30)]
+        final_secs: u64,
+        /// JSON output (default: target/bench-results/live.json, or
+        /// live-search-<durability>.json with --search); charts are written next to it.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Tweet fan-out three ways: synchronous, external queue (Redis + worker), Herald triggers.
     Fanout {
@@ -186,17 +241,45 @@ fn main() {
             queries,
             rates,
             secs,
+            durability,
+            search,
+            series,
+            max_queries,
+            max_rate,
+            start_queries,
+            start_rate,
+            bisect_steps,
+            final_secs,
             out,
         }) => {
-            let workload = match workload {
-                WorkloadArg::Range => herald::bench_live::Workload::Range,
-                WorkloadArg::Regex => herald::bench_live::Workload::Regex,
-            };
-            let opts = herald::bench_live::LiveBenchOptions {
-                workload,
+            use herald::bench_live::{LiveBenchOptions, SearchOptions, Series, Workload};
+            let opts = LiveBenchOptions {
+                workloads: workload
+                    .iter()
+                    .map(|w| match w {
+                        WorkloadArg::Range => Workload::Range,
+                        WorkloadArg::Regex => Workload::Regex,
+                    })
+                    .collect(),
                 queries,
                 rates,
                 secs,
+                durability: durability_of(durability),
+                search: search.then(|| SearchOptions {
+                    series: series
+                        .iter()
+                        .map(|s| match s {
+                            SeriesArg::Queries => Series::Queries,
+                            SeriesArg::Writes => Series::Writes,
+                        })
+                        .collect(),
+                    max_queries,
+                    max_rate,
+                    start_queries,
+                    start_rate,
+                    bisect_steps,
+                    final_secs,
+                }),
                 out,
             };
             run_bench(herald::bench_live::run(opts));
@@ -298,10 +381,7 @@ fn main() {
                 data,
                 listen,
                 db: DbOptions {
-                    durability: match durability {
-                        DurabilityArg::Fsync => Durability::Fsync,
-                        DurabilityArg::Nosync => Durability::NoSync,
-                    },
+                    durability: durability_of(durability),
                     log_retention_count,
                     log_retention_age: Duration::from_secs(log_retention_secs),
                     ..DbOptions::default()
