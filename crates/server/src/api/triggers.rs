@@ -141,24 +141,31 @@ async fn selection(body: Body) -> ApiResult<Option<Vec<String>>> {
     }
 }
 
-pub async fn retry(
-    State(st): State<AppState>,
-    Path(name): Path<String>,
-    body: Body,
-) -> ApiResult<Json<Value>> {
-    let ids = selection(body).await?;
-    let db = st.db.clone();
-    let n = blocking(move || Ok(db.retry_dead(&name, ids)?)).await?;
-    Ok(Json(json!({ "retried": n })))
+pub async fn retry(st: State<AppState>, name: Path<String>, body: Body) -> ApiResult<Json<Value>> {
+    move_dead(st, name, body, true).await
 }
 
-pub async fn purge(
+pub async fn purge(st: State<AppState>, name: Path<String>, body: Body) -> ApiResult<Json<Value>> {
+    move_dead(st, name, body, false).await
+}
+
+/// Moves the selected dead letters back into the queue (`requeue`) or deletes them.
+async fn move_dead(
     State(st): State<AppState>,
     Path(name): Path<String>,
     body: Body,
+    requeue: bool,
 ) -> ApiResult<Json<Value>> {
     let ids = selection(body).await?;
     let db = st.db.clone();
-    let n = blocking(move || Ok(db.purge_dead(&name, ids)?)).await?;
-    Ok(Json(json!({ "purged": n })))
+    let n = blocking(move || {
+        Ok(if requeue {
+            db.retry_dead(&name, ids)?
+        } else {
+            db.purge_dead(&name, ids)?
+        })
+    })
+    .await?;
+    let member = if requeue { "retried" } else { "purged" };
+    Ok(Json(json!({ member: n })))
 }
