@@ -8,6 +8,8 @@ const WIDTH: f64 = 760.0;
 const HEIGHT: f64 = 460.0;
 /// The plot area: left, top, right, bottom.
 const PLOT: (f64, f64, f64, f64) = (72.0, 64.0, 580.0, 400.0);
+/// Grid lines' color (drawn thinner than the rest).
+const GRID: &str = "#e4e4e4";
 
 pub struct Point {
     pub x: f64,
@@ -20,6 +22,8 @@ pub struct Line {
     pub name: String,
     pub color: &'static str,
     pub points: Vec<Point>,
+    /// Joined by a line (else markers only).
+    pub connect: bool,
 }
 
 pub struct Chart {
@@ -34,6 +38,14 @@ pub struct Chart {
     pub marker: Option<(f64, String)>,
     /// Legend text explaining filled and open markers.
     pub marker_note: String,
+}
+
+/// How a legend entry is drawn.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Swatch {
+    Line,
+    Dashed,
+    Marker,
 }
 
 /// Escapes text for XML.
@@ -66,9 +78,10 @@ impl Svg {
         } else {
             ""
         };
+        let width = if stroke == GRID { 1.0 } else { 1.5 };
         let _ = writeln!(
             self.out,
-            r#"<line x1="{x1:.1}" y1="{y1:.1}" x2="{x2:.1}" y2="{y2:.1}" stroke="{stroke}" stroke-width="1.5"{dash}/>"#
+            r#"<line x1="{x1:.1}" y1="{y1:.1}" x2="{x2:.1}" y2="{y2:.1}" stroke="{stroke}" stroke-width="{width}"{dash}/>"#
         );
     }
 
@@ -201,14 +214,14 @@ impl Chart {
         let sparse = |ts: &[f64]| ts.len() > 10;
         for &v in &xt {
             let px = x.at(v);
-            svg.line((px, t), (px, b), "#e4e4e4", false);
+            svg.line((px, t), (px, b), GRID, false);
             if !sparse(&xt) || (v.log10().fract()).abs() < 1e-9 {
                 svg.text((px, b + 18.0), &short(v), 11, "middle", false);
             }
         }
         for &v in &yt {
             let py = y.at(v);
-            svg.line((l, py), (r, py), "#e4e4e4", false);
+            svg.line((l, py), (r, py), GRID, false);
             if !sparse(&yt) || (v.log10().fract()).abs() < 1e-9 {
                 svg.text((l - 6.0, py + 4.0), &short(v), 11, "end", false);
             }
@@ -224,32 +237,45 @@ impl Chart {
         );
         svg.text((20.0, (t + b) / 2.0), &self.y_label, 12, "middle", true);
 
-        let mut legend: Vec<(&str, String, bool)> = Vec::new();
+        let mut legend: Vec<(&str, String, Swatch)> = Vec::new();
         if let Some((v, label)) = &self.threshold {
             let py = y.at(*v);
             svg.line((l, py), (r, py), "#c0392b", true);
-            legend.push(("#c0392b", label.clone(), true));
+            legend.push(("#c0392b", label.clone(), Swatch::Dashed));
         }
         if let Some((v, label)) = &self.marker {
             let px = x.at(*v);
             svg.line((px, t), (px, b), "#27ae60", true);
-            legend.push(("#27ae60", label.clone(), true));
+            legend.push(("#27ae60", label.clone(), Swatch::Dashed));
         }
         for s in &self.lines {
             let mut p: Vec<&Point> = s.points.iter().filter(|p| p.x > 0.0 && p.y > 0.0).collect();
             p.sort_by(|a, b| a.x.total_cmp(&b.x));
             let xy: Vec<(f64, f64)> = p.iter().map(|p| (x.at(p.x), y.at(p.y))).collect();
-            svg.polyline(&xy, s.color);
+            if s.connect {
+                svg.polyline(&xy, s.color);
+            }
             for (pt, &xy) in p.iter().zip(&xy) {
                 svg.circle(xy, s.color, pt.filled);
             }
-            legend.push((s.color, s.name.clone(), false));
+            legend.push((
+                s.color,
+                s.name.clone(),
+                if s.connect {
+                    Swatch::Line
+                } else {
+                    Swatch::Marker
+                },
+            ));
         }
         // Legend, right of the plot.
         let lx = r + 18.0;
-        for (i, (color, label, dashed)) in legend.iter().enumerate() {
+        for (i, (color, label, swatch)) in legend.iter().enumerate() {
             let ly = t + 8.0 + i as f64 * 22.0;
-            svg.line((lx, ly), (lx + 26.0, ly), color, *dashed);
+            match swatch {
+                Swatch::Marker => svg.circle((lx + 13.0, ly), color, true),
+                s => svg.line((lx, ly), (lx + 26.0, ly), color, *s == Swatch::Dashed),
+            }
             svg.text((lx + 32.0, ly + 4.0), label, 11, "start", false);
         }
         let ly = t + 8.0 + legend.len() as f64 * 22.0 + 8.0;
@@ -303,6 +329,7 @@ mod tests {
                         filled: false,
                     },
                 ],
+                connect: true,
             }],
             threshold: Some((30.0, "30 ms".into())),
             marker: Some((1500.0, "capacity".into())),

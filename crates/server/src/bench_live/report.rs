@@ -3,7 +3,7 @@
 //! 80% of capacity in the InvaliDB paper's table 3 format: avg, std. dev., p50, p99, max), JSON,
 //! and the series' chart.
 
-use super::chart::{short, Chart, Line, Point};
+use super::chart::{Chart, Line, Point};
 use super::probe::{Probe, P99_MAX_MS};
 use super::search::{Series, FIXED_QUERIES, FIXED_RATE};
 use super::{durability_name, Durability, Workload};
@@ -105,10 +105,11 @@ impl Outcome {
 
     /// The series' chart: p50, p99 and max latency of every run against the varied value.
     pub fn chart(&self) -> Chart {
-        let runs: Vec<&Probe> = self.probes.iter().chain(&self.at80).collect();
-        let line = |name: &str, color, f: fn(&Probe) -> f64| Line {
+        // The search's probes are joined by lines; the longer run at 80% stands apart.
+        let line = |name: &str, color, runs: &[&Probe], f: fn(&Probe) -> f64| Line {
             name: name.into(),
             color,
+            connect: runs.len() == self.probes.len(),
             points: runs
                 .iter()
                 .filter(|p| !p.hist.is_empty())
@@ -119,6 +120,8 @@ impl Outcome {
                 })
                 .collect(),
         };
+        let probes: Vec<&Probe> = self.probes.iter().collect();
+        let at80: Vec<&Probe> = self.at80.iter().collect();
         let unit = match self.series {
             Series::Queries => "queries",
             Series::Writes => "writes/s",
@@ -136,14 +139,15 @@ impl Outcome {
             x_label: describe(self.series),
             y_label: "notification latency (ms)".into(),
             lines: vec![
-                line("max", "#9e9e9e", |p| p.latency().max),
-                line("p99", "#e67e22", |p| p.latency().p99),
-                line("p50", "#2c7fb8", |p| p.latency().p50),
+                line("max", "#9e9e9e", &probes, |p| p.latency().max),
+                line("p99", "#e67e22", &probes, |p| p.latency().p99),
+                line("p50", "#2c7fb8", &probes, |p| p.latency().p50),
+                line("p99 of the run at 80%", "#7b1fa2", &at80, |p| p.latency().p99),
             ],
             threshold: Some((P99_MAX_MS, format!("p99 bound {P99_MAX_MS} ms"))),
             marker: self.capacity.map(|c| {
                 let at = if self.at_least { ">= " } else { "" };
-                (c as f64, format!("capacity {at}{} {unit}", short(c as f64)))
+                (c as f64, format!("capacity {at}{} {unit}", thousands(c)))
             }),
             marker_note: "filled marker: the run passed\n(p99 <= 30 ms, rate held,\nnothing lost); open: it failed"
                 .into(),
