@@ -55,7 +55,7 @@ pub const ERROR_CODES: &[(&str, u16, &str)] = &[
     ("storage_closed", 503, "the store is closed"),
     ("storage_io", 500, "a disk operation failed"),
     ("storage_corrupted", 500, "the data file is corrupted"),
-    ("storage_incompatible_format", 500, "the data file needs an upgrade"),
+    ("storage_incompatible_format", 500, "the data file needs an upgrade or was written by a newer Herald"),
     ("storage_locked", 500, "another process holds the data file"),
     ("commit_failed", 500, "the storage commit failed; nothing was applied"),
     ("entry_too_large", 413, "a stored entry is over the storage limit"),

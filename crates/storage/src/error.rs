@@ -18,6 +18,10 @@ pub enum StorageError {
     /// The file was written by a redb whose file format this build cannot read without upgrade.
     #[error("storage file format version {0} needs an upgrade")]
     IncompatibleFormat(u8),
+    /// The store was written by a newer Herald whose on-disk format this build does not know
+    /// (it might, for example, hold acknowledged writes in a log this build would ignore).
+    #[error("storage format {found} was written by a newer Herald; this build reads format {supported} and older")]
+    NewerFormat { found: u64, supported: u64 },
     /// Another process (or another `Store` in this one) has the file open.
     #[error("storage file is locked by another process or store")]
     Locked,
@@ -50,7 +54,9 @@ impl StorageError {
         match self {
             StorageError::Io(_) => "storage_io",
             StorageError::Corrupted(_) => "storage_corrupted",
-            StorageError::IncompatibleFormat(_) => "storage_incompatible_format",
+            StorageError::IncompatibleFormat(_) | StorageError::NewerFormat { .. } => {
+                "storage_incompatible_format"
+            }
             StorageError::Locked => "storage_locked",
             StorageError::Overloaded(_) => "overloaded",
             StorageError::Closed => "storage_closed",

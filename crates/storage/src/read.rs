@@ -1,20 +1,19 @@
-//! Snapshot reads: [`ReadTxn`], a consistent MVCC view of every table as of one commit, and
+//! Snapshot reads: [`ReadTxn`], a consistent view of every table as of one commit, and
 //! [`ReadRange`], the lazy key-ordered iterator that scans use.
 //!
-//! Reads never wait for the writer and the writer never waits for reads; redb keeps the pages
-//! a live snapshot needs until the snapshot is dropped. Hold a `ReadTxn` only as long as needed:
-//! a long-lived one keeps old pages from being reused and so grows the file.
+//! A snapshot is redb as of the last checkpoint plus the batches committed since (in-memory
+//! layers, see `layer.rs`). Taking one is a mutex acquisition and a few reference-count
+//! increments; reads never wait for the writer or the checkpointer, and neither waits for
+//! reads. Hold a `ReadTxn` only as long as needed: it keeps its layers in memory and its redb
+//! pages from being reused after the next checkpoint.
 
-use std::cell::OnceCell;
 use std::ops::RangeBounds;
+use std::sync::Arc;
 
-use redb::{ReadOnlyTable, ReadableTable, ReadableTableMetadata};
-
-use crate::tables::{self, KeyBounds, Table, TABLE_COUNT};
+use crate::layer::Snapshot;
+use crate::merge::{Merged, Side};
+use crate::tables::{self, Table};
 use crate::StorageError;
-
-type RawTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
-type RawRange<'a> = redb::Range<'a, &'static [u8], &'static [u8]>;
 
 /// A key and its value, both owned.
 pub type Entry = (Vec<u8>, Vec<u8>);
@@ -24,33 +23,17 @@ pub type Entry = (Vec<u8>, Vec<u8>);
 ///
 /// [`Store::read`]: crate::Store::read
 pub struct ReadTxn {
-    // Opened on first use and cached; declared before `txn` so they drop before it.
-    tables: [OnceCell<RawTable>; TABLE_COUNT],
-    txn: redb::ReadTransaction,
+    snapshot: Arc<Snapshot>,
 }
 
 impl ReadTxn {
-    pub(crate) fn new(txn: redb::ReadTransaction) -> Self {
-        ReadTxn {
-            tables: Default::default(),
-            txn,
-        }
-    }
-
-    fn table(&self, table: Table) -> Result<&RawTable, StorageError> {
-        let cell = &self.tables[table.index()];
-        if let Some(open) = cell.get() {
-            return Ok(open);
-        }
-        let open = self.txn.open_table(table.definition())?;
-        Ok(cell.get_or_init(|| open))
+    pub(crate) fn new(snapshot: Arc<Snapshot>) -> Self {
+        ReadTxn { snapshot }
     }
 
     /// The value stored under `key`, if any.
     pub fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        let raw = self.table(table)?;
-        let found = ReadableTable::get(raw, key)?;
-        Ok(found.map(|guard| guard.value().to_vec()))
+        self.snapshot.get(table, key)
     }
 
     /// A counter stored with [`encode_u64`](crate::encode_u64).
@@ -69,83 +52,49 @@ impl ReadTxn {
         table: Table,
         range: impl RangeBounds<K>,
     ) -> Result<ReadRange<'_>, StorageError> {
-        let raw = self.table(table)?;
-        ReadRange::over(raw, tables::key_bounds(&range))
+        let inner = self
+            .snapshot
+            .merged(table, tables::key_bounds(&range), &[])?;
+        Ok(ReadRange { inner })
     }
 
     /// The entries whose keys start with `prefix`, lazily, in key order.
     pub fn prefix(&self, table: Table, prefix: &[u8]) -> Result<ReadRange<'_>, StorageError> {
-        let raw = self.table(table)?;
         let owned = tables::prefix_bounds(prefix);
-        ReadRange::over(raw, tables::borrow_bounds(&owned))
+        let inner = self
+            .snapshot
+            .merged(table, tables::borrow_bounds(&owned), &[])?;
+        Ok(ReadRange { inner })
     }
 
-    /// The number of entries in `table` (constant time in redb).
+    /// The number of entries in `table`. Constant time in redb, plus one lookup per key written
+    /// since the last checkpoint.
     pub fn len(&self, table: Table) -> Result<u64, StorageError> {
-        Ok(self.table(table)?.len()?)
+        self.snapshot.len(table)
     }
 }
 
 /// A lazy iterator over a key range of one table, yielding owned `(key, value)` pairs.
 ///
-/// Each step reads at most one more page, so a scan over millions of keys holds only the pages
-/// on its current path. After the first error it yields nothing more: redb releases before 4.3
-/// could skip unreadable entries and carry on after an `Err`, and a scan that silently omits
-/// data is worse than one that stops.
+/// Each step reads at most one more redb page, so a scan over millions of keys holds only the
+/// pages on its current path. After the first error it yields nothing more: redb releases
+/// before 4.3 could skip unreadable entries and carry on after an `Err`, and a scan that
+/// silently omits data is worse than one that stops.
 pub struct ReadRange<'a> {
-    // `None` once exhausted or after an error.
-    inner: Option<RawRange<'a>>,
+    inner: Merged<'a>,
 }
-
-impl<'a> ReadRange<'a> {
-    pub(crate) fn over<T>(table: &'a T, bounds: KeyBounds<'_>) -> Result<Self, StorageError>
-    where
-        T: ReadableTable<&'static [u8], &'static [u8]>,
-    {
-        if tables::is_empty_range(&bounds) {
-            return Ok(ReadRange { inner: None });
-        }
-        Ok(ReadRange {
-            inner: Some(table.range::<&[u8]>(bounds)?),
-        })
-    }
-
-    fn step(&mut self, item: Option<RawItem<'a>>) -> Option<Result<Entry, StorageError>> {
-        match item {
-            Some(Ok((key, value))) => Some(Ok((key.value().to_vec(), value.value().to_vec()))),
-            Some(Err(err)) => {
-                self.inner = None;
-                Some(Err(err.into()))
-            }
-            None => {
-                self.inner = None;
-                None
-            }
-        }
-    }
-}
-
-type RawItem<'a> = Result<
-    (
-        redb::AccessGuard<'a, &'static [u8]>,
-        redb::AccessGuard<'a, &'static [u8]>,
-    ),
-    redb::StorageError,
->;
 
 impl Iterator for ReadRange<'_> {
     type Item = Result<Entry, StorageError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let item = self.inner.as_mut()?.next();
-        self.step(item)
+        self.inner.step(Side::Front)
     }
 }
 
 impl DoubleEndedIterator for ReadRange<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
-        let item = self.inner.as_mut()?.next_back();
-        self.step(item)
+        self.inner.step(Side::Back)
     }
 }
 
@@ -153,6 +102,11 @@ impl std::iter::FusedIterator for ReadRange<'_> {}
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+    use std::ops::Bound;
+
+    use proptest::prelude::*;
+
     use crate::{Store, StoreOptions, Table};
 
     fn store_with(entries: &[(&[u8], &[u8])]) -> Store {
@@ -228,6 +182,165 @@ mod tests {
             .unwrap()
             .next()
             .is_none());
+    }
+
+    /// Reads `iter` from the front where `pattern` says true and from the back otherwise, so
+    /// the two ends meet in the middle.
+    fn drain<I>(mut iter: I, pattern: &[bool]) -> Vec<(Vec<u8>, Vec<u8>)>
+    where
+        I: DoubleEndedIterator<Item = Result<super::Entry, crate::StorageError>>,
+    {
+        let (mut front, mut back) = (Vec::new(), Vec::new());
+        for &from_front in pattern.iter().cycle() {
+            let next = if from_front {
+                iter.next()
+            } else {
+                iter.next_back()
+            };
+            match next {
+                Some(entry) if from_front => front.push(entry.unwrap()),
+                Some(entry) => back.push(entry.unwrap()),
+                None => break,
+            }
+        }
+        back.reverse();
+        front.extend(back);
+        front
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// One batch (its own layer): puts (`Some`) and deletes (`None`) of small keys.
+        Batch(Vec<(u8, Option<u8>)>),
+        /// Apply every layer so far to redb.
+        Checkpoint,
+    }
+
+    fn key_of(k: u8) -> Vec<u8> {
+        // Keys of length 1 and 2 so that prefixes and bounds interleave.
+        if k < 6 {
+            vec![k]
+        } else {
+            vec![k % 6, k]
+        }
+    }
+
+    fn bound() -> impl Strategy<Value = Bound<Vec<u8>>> {
+        prop_oneof![
+            Just(Bound::Unbounded),
+            (0u8..12).prop_map(|k| Bound::Included(key_of(k))),
+            (0u8..12).prop_map(|k| Bound::Excluded(key_of(k))),
+        ]
+    }
+
+    fn cases() -> u32 {
+        std::env::var("HERALD_PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(128)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+        /// Reads through any mix of checkpointed data (redb) and un-checkpointed layers,
+        /// with overwrites and deletes at every level, agree with a BTreeMap model: `get`,
+        /// `len`, and ranges read from either end or both, by readers and by a write job
+        /// (whose own pending writes form one more level).
+        #[test]
+        fn reads_merge_layers_and_redb_like_a_model(
+            steps in prop::collection::vec(prop_oneof![
+                4 => prop::collection::vec((0u8..12, prop::option::of(any::<u8>())), 1..6)
+                    .prop_map(Step::Batch),
+                1 => Just(Step::Checkpoint),
+            ], 0..24),
+            pending in prop::collection::vec((0u8..12, prop::option::of(any::<u8>())), 0..4),
+            ranges in prop::collection::vec(
+                (bound(), bound(), prop::collection::vec(any::<bool>(), 1..4)), 1..5),
+        ) {
+            let store = Store::in_memory(StoreOptions {
+                checkpoint_interval_ms: 3_600_000,
+                ..StoreOptions::default()
+            })
+            .unwrap();
+            let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            for step in steps {
+                match step {
+                    Step::Checkpoint => store.checkpoint().unwrap(),
+                    Step::Batch(ops) => {
+                        for (k, v) in &ops {
+                            match v {
+                                Some(v) => model.insert(key_of(*k), vec![*v]),
+                                None => model.remove(&key_of(*k)),
+                            };
+                        }
+                        store
+                            .submit(move |txn| {
+                                for (k, v) in ops {
+                                    match v {
+                                        Some(v) => txn.put(Table::Index, key_of(k), [v])?,
+                                        None => txn.delete(Table::Index, key_of(k)),
+                                    }
+                                }
+                                Ok::<_, crate::StorageError>(())
+                            })
+                            .unwrap()
+                            .wait()
+                            .unwrap();
+                    }
+                }
+            }
+            let read = store.read().unwrap();
+            for k in 0u8..12 {
+                prop_assert_eq!(read.get(Table::Index, &key_of(k)).unwrap(), model.get(&key_of(k)).cloned());
+            }
+            prop_assert_eq!(read.len(Table::Index).unwrap(), model.len() as u64);
+            let expect = |model: &BTreeMap<Vec<u8>, Vec<u8>>, start: &Bound<Vec<u8>>, end: &Bound<Vec<u8>>| {
+                let bounds = (start.clone(), end.clone());
+                if crate::tables::is_empty_range(&crate::tables::key_bounds(&bounds)) {
+                    return Vec::new();
+                }
+                model.range(bounds).map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>()
+            };
+            for (start, end, pattern) in &ranges {
+                let got = drain(read.range(Table::Index, (start.clone(), end.clone())).unwrap(), pattern);
+                prop_assert_eq!(got, expect(&model, start, end));
+            }
+            // A write job sees the same, plus its own pending writes.
+            let mut with_pending = model.clone();
+            for (k, v) in &pending {
+                match v {
+                    Some(v) => with_pending.insert(key_of(*k), vec![*v]),
+                    None => with_pending.remove(&key_of(*k)),
+                };
+            }
+            let job_ranges = ranges.clone();
+            let seen = store
+                .submit(move |txn| {
+                    for (k, v) in pending {
+                        match v {
+                            Some(v) => txn.put(Table::Index, key_of(k), [v])?,
+                            None => txn.delete(Table::Index, key_of(k)),
+                        }
+                    }
+                    let mut seen = Vec::new();
+                    for (start, end, pattern) in job_ranges {
+                        seen.push(drain(txn.range(Table::Index, (start, end))?, &pattern));
+                    }
+                    // Fail, so the pending writes never commit.
+                    Err::<(), _>(crate::StorageError::Commit(format!("{seen:?}")))
+                })
+                .unwrap()
+                .wait()
+                .unwrap_err();
+            let expected: Vec<_> = ranges.iter().map(|(s, e, _)| expect(&with_pending, s, e)).collect();
+            prop_assert_eq!(
+                seen.to_string(),
+                crate::WriteError::<crate::StorageError>::Job(crate::StorageError::Commit(format!("{expected:?}"))).to_string()
+            );
+            // The failed job left nothing behind.
+            prop_assert_eq!(read.len(Table::Index).unwrap(), store.read().unwrap().len(Table::Index).unwrap());
+        }
     }
 
     #[test]

@@ -1,26 +1,32 @@
-//! [`Store`]: opening the redb file, creating the tables, starting the writer thread, the
-//! bounded submit queue, snapshot reads, and shutdown.
+//! [`Store`]: opening the redb file and replaying the write-ahead log, starting the writer and
+//! checkpointer threads, the bounded submit queue, snapshot reads, and shutdown.
 
 use std::path::Path;
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
+use crate::checkpoint::{Checkpointer, Limits, Shared};
+use crate::layer::Base;
 use crate::read::ReadTxn;
-use crate::tables::Table;
+use crate::tables::{Table, FORMAT_VERSION, STATE, STATE_FORMAT};
+use crate::wal::{self, LogThread, Segments, Wal, WalWriter};
 use crate::write::WriteTxn;
 use crate::writer::{BackgroundJob, Job, Metrics, MetricsSnapshot, Msg, Ticket, TypedJob, Writer};
 use crate::{StorageError, StoreOptions};
+use redb::ReadableTable;
 
 /// The name of the one database file inside the store's directory.
 pub const FILE_NAME: &str = "herald.redb";
 
-/// Named byte tables in one redb file, read through MVCC snapshots and written by one
-/// group-commit writer thread. `Send + Sync`: share it behind an `Arc`.
+/// Named byte tables in one redb file plus a write-ahead log, read through consistent
+/// snapshots and written by one group-commit writer thread. `Send + Sync`: share it behind an
+/// `Arc`.
 ///
 /// Dropping the store is the same as [`close`](Store::close) without the error.
 pub struct Store {
-    db: Arc<redb::Database>,
+    shared: Arc<Shared>,
     // `None` once closing has begun; dropping the sender is what tells the writer to finish.
     queue: Option<SyncSender<Msg>>,
     /// Background jobs; bounded like the foreground queue.
@@ -29,22 +35,28 @@ pub struct Store {
     /// send it a `Wake`, so wake-ups never take the room client jobs need.
     writer_sleeping: Arc<std::sync::atomic::AtomicBool>,
     writer: Option<JoinHandle<Result<(), StorageError>>>,
+    checkpointer: Option<JoinHandle<Result<(), StorageError>>>,
     metrics: Arc<Metrics>,
     // The queue's capacity, reported in `Overloaded`.
     write_queue_max: usize,
 }
 
 impl Store {
-    /// Opens `dir/herald.redb`, creating the directory and the file if missing. After a crash,
-    /// redb repairs the file on open (a full scan of it unless quick repair is on), so opening
-    /// can take time proportional to the file's size.
+    /// Opens `dir/herald.redb`, creating the directory and the file if missing, and replays
+    /// the write-ahead log left by a crash. After a crash, redb also repairs the file on open
+    /// (a full scan of it unless quick repair is on), so opening can take time proportional to
+    /// the file's size plus the log's.
     pub fn open(dir: &Path, options: StoreOptions) -> Result<Store, StorageError> {
         options.validate()?;
         std::fs::create_dir_all(dir)?;
         let db = redb::Builder::new()
             .set_cache_size(options.cache_bytes_max)
             .create(dir.join(FILE_NAME))?;
-        Store::start(db, options)
+        create_tables(&db)?;
+        let last_batch = wal::recover(&db, dir)?;
+        let segments = Segments::new(dir);
+        let writer = WalWriter::new(dir, segments.clone(), options.wal_segment_bytes, last_batch);
+        Store::start(db, options, Wal::File(writer), Some(segments), last_batch)
     }
 
     /// A store that lives in memory only: for tests of the layers above. `Durability` is
@@ -53,52 +65,88 @@ impl Store {
         Store::with_backend(redb::backends::InMemoryBackend::new(), options)
     }
 
-    /// A store over any redb backend; tests use one that fails on demand.
+    /// A store over any redb backend, without a log; tests use one that fails on demand.
     pub(crate) fn with_backend(
         backend: impl redb::StorageBackend,
+        options: StoreOptions,
+    ) -> Result<Store, StorageError> {
+        Store::with_wal(backend, Wal::Off, options)
+    }
+
+    pub(crate) fn with_wal(
+        backend: impl redb::StorageBackend,
+        wal: Wal,
         options: StoreOptions,
     ) -> Result<Store, StorageError> {
         options.validate()?;
         let db = redb::Builder::new()
             .set_cache_size(options.cache_bytes_max)
             .create_with_backend(backend)?;
-        Store::start(db, options)
+        create_tables(&db)?;
+        let last_batch = wal::checkpointed(&db)?;
+        Store::start(db, options, wal, None, last_batch)
     }
 
-    fn start(db: redb::Database, options: StoreOptions) -> Result<Store, StorageError> {
-        // Create every table up front so a read snapshot can open any of them, even before
-        // the first write to it.
-        let txn = db.begin_write()?;
-        for table in Table::ALL {
-            txn.open_table(table.definition())?;
-        }
-        txn.commit()?;
-
+    fn start(
+        db: redb::Database,
+        options: StoreOptions,
+        wal: Wal,
+        segments: Option<Arc<Segments>>,
+        last_batch: u64,
+    ) -> Result<Store, StorageError> {
         let db = Arc::new(db);
         let metrics = Arc::new(Metrics::default());
+        let limits = Limits {
+            checkpoint_bytes: options.checkpoint_bytes,
+            checkpoint_interval: Duration::from_millis(options.checkpoint_interval_ms),
+            layers_bytes_max: options.layers_bytes_max,
+        };
+        let shared = Shared::new(Base::open(&db)?, limits, metrics.clone());
         let (queue, receiver) = mpsc::sync_channel(options.write_queue_max);
         let (background, background_rx) = mpsc::sync_channel(options.background_queue_max);
         let writer_sleeping = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let writer = Writer {
             sleeping: writer_sleeping.clone(),
-            db: db.clone(),
+            foreground_open: true,
+            deferred: None,
+            yielded: false,
+            shared: shared.clone(),
+            log: LogThread::spawn(wal)?,
             queue: receiver,
             background: background_rx,
-            background_budget: std::time::Duration::from_millis(options.background_batch_ms_max),
+            background_budget: Duration::from_millis(options.background_batch_ms_max),
             durability: options.durability,
             batch_max: options.batch_max,
-            nosync_lag_max: std::time::Duration::from_millis(options.nosync_lag_ms_max),
+            nosync_lag_max: Duration::from_millis(options.nosync_lag_ms_max),
             metrics: metrics.clone(),
+            next_batch: last_batch + 1,
         };
-        let handle = std::thread::Builder::new()
-            .name("herald-storage-writer".into())
-            .spawn(move || writer.run())?;
-        Ok(Store {
+        let checkpointer = Checkpointer {
+            shared: shared.clone(),
             db,
+            segments,
+        };
+        let checkpointer = std::thread::Builder::new()
+            .name("herald-checkpoint".into())
+            .spawn(move || checkpointer.run())?;
+        let writer = match std::thread::Builder::new()
+            .name("herald-storage-writer".into())
+            .spawn(move || writer.run())
+        {
+            Ok(handle) => handle,
+            Err(err) => {
+                shared.close();
+                let _ = checkpointer.join();
+                return Err(err.into());
+            }
+        };
+        Ok(Store {
+            shared,
             queue: Some(queue),
             background: Some(background),
             writer_sleeping,
-            writer: Some(handle),
+            writer: Some(writer),
+            checkpointer: Some(checkpointer),
             metrics,
             write_queue_max: options.write_queue_max,
         })
@@ -106,8 +154,7 @@ impl Store {
 
     /// A consistent snapshot of every table as of the latest commit.
     pub fn read(&self) -> Result<ReadTxn, StorageError> {
-        use redb::ReadableDatabase;
-        Ok(ReadTxn::new(self.db.begin_read()?))
+        Ok(ReadTxn::new(self.shared.snapshot()))
     }
 
     /// Queues `job` for the writer, blocking while the queue is full (back-pressure). The
@@ -199,13 +246,22 @@ impl Store {
         Ok(ticket)
     }
 
-    /// The writer's counters.
+    /// Applies every batch committed so far to redb now and waits until that is durable (the
+    /// checkpointer also does this on its own, by size and age). Write-ahead-log segments that
+    /// the checkpoint covers are deleted. Never needed for durability: committed batches are
+    /// already durable in the log.
+    pub fn checkpoint(&self) -> Result<(), StorageError> {
+        self.shared.checkpoint_now()
+    }
+
+    /// The writer's and checkpointer's counters.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.metrics.snapshot()
     }
 
     /// Stops accepting jobs, lets the writer commit everything already queued, makes it
-    /// durable (also in no-sync mode), joins the writer thread and closes the file.
+    /// durable (also in no-sync mode), checkpoints every batch into redb, deletes the log,
+    /// joins both threads and closes the file.
     pub fn close(mut self) -> Result<(), StorageError> {
         self.shutdown()
     }
@@ -213,12 +269,20 @@ impl Store {
     fn shutdown(&mut self) -> Result<(), StorageError> {
         drop(self.queue.take());
         drop(self.background.take());
-        match self.writer.take() {
+        let panicked = |what: &str| Err(StorageError::Internal(format!("the {what} panicked")));
+        let written = match self.writer.take() {
             None => Ok(()),
-            Some(handle) => handle.join().unwrap_or_else(|_| {
-                Err(StorageError::Internal("the writer thread panicked".into()))
-            }),
-        }
+            Some(handle) => handle.join().unwrap_or_else(|_| panicked("writer thread")),
+        };
+        // Only now, with the writer gone, may the checkpointer finish.
+        self.shared.close();
+        let checkpointed = match self.checkpointer.take() {
+            None => Ok(()),
+            Some(handle) => handle
+                .join()
+                .unwrap_or_else(|_| panicked("checkpointer thread")),
+        };
+        written.and(checkpointed)
     }
 }
 
@@ -229,6 +293,34 @@ impl Drop for Store {
     }
 }
 
+/// Creates every table up front so a snapshot can open any of them, even before the first
+/// write to it.
+fn create_tables(db: &redb::Database) -> Result<(), StorageError> {
+    let mut txn = db.begin_write()?;
+    txn.set_quick_repair(true);
+    for table in Table::ALL {
+        txn.open_table(table.definition())?;
+    }
+    {
+        let mut state = txn.open_table(STATE)?;
+        let found = state.get(STATE_FORMAT)?.map(|g| g.value());
+        match found {
+            Some(v) if v > FORMAT_VERSION => {
+                return Err(StorageError::NewerFormat {
+                    found: v,
+                    supported: FORMAT_VERSION,
+                })
+            }
+            Some(v) if v == FORMAT_VERSION => {}
+            _ => {
+                state.insert(STATE_FORMAT, FORMAT_VERSION)?;
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
+
 fn package<F, T, E>(f: F) -> (Box<dyn Job>, Ticket<T, E>)
 where
     F: FnOnce(&mut WriteTxn<'_>) -> Result<T, E> + Send + 'static,
@@ -237,4 +329,76 @@ where
 {
     let (reply, receiver) = oneshot::channel();
     (Box::new(TypedJob { f, reply }), Ticket { reply: receiver })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redb::ReadableDatabase;
+
+    fn set_format(dir: &Path, format: Option<u64>) {
+        let db = redb::Database::create(dir.join(FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut state = txn.open_table(STATE).unwrap();
+            match format {
+                Some(v) => state.insert(STATE_FORMAT, v).unwrap(),
+                None => state.remove(STATE_FORMAT).unwrap(),
+            };
+        }
+        txn.commit().unwrap();
+    }
+
+    fn format_of(dir: &Path) -> Option<u64> {
+        let db = redb::Database::create(dir.join(FILE_NAME)).unwrap();
+        let txn = db.begin_read().unwrap();
+        let state = txn.open_table(STATE).unwrap();
+        let v = state.get(STATE_FORMAT).unwrap().map(|g| g.value());
+        v
+    }
+
+    #[test]
+    fn a_new_store_records_its_format() {
+        let dir = tempfile::tempdir().unwrap();
+        Store::open(dir.path(), StoreOptions::default())
+            .unwrap()
+            .close()
+            .unwrap();
+        assert_eq!(format_of(dir.path()), Some(FORMAT_VERSION));
+    }
+
+    #[test]
+    fn a_store_without_a_marker_is_format_one_and_is_upgraded() {
+        let dir = tempfile::tempdir().unwrap();
+        Store::open(dir.path(), StoreOptions::default())
+            .unwrap()
+            .close()
+            .unwrap();
+        set_format(dir.path(), None);
+        Store::open(dir.path(), StoreOptions::default())
+            .unwrap()
+            .close()
+            .unwrap();
+        assert_eq!(format_of(dir.path()), Some(FORMAT_VERSION));
+    }
+
+    #[test]
+    fn a_store_of_a_newer_format_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        Store::open(dir.path(), StoreOptions::default())
+            .unwrap()
+            .close()
+            .unwrap();
+        set_format(dir.path(), Some(FORMAT_VERSION + 1));
+        let err = Store::open(dir.path(), StoreOptions::default())
+            .err()
+            .expect("a newer format must be refused");
+        assert!(
+            matches!(err, StorageError::NewerFormat { found, supported }
+                if found == FORMAT_VERSION + 1 && supported == FORMAT_VERSION),
+            "{err:?}"
+        );
+        assert_eq!(err.code(), "storage_incompatible_format");
+        assert_eq!(format_of(dir.path()), Some(FORMAT_VERSION + 1));
+    }
 }

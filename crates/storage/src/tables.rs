@@ -65,6 +65,25 @@ impl Table {
 /// Every table has byte-string keys and values.
 pub(crate) type Def = TableDefinition<'static, &'static [u8], &'static [u8]>;
 
+/// The storage layer's own bookkeeping, beside the user tables: [`STATE_CHECKPOINT`] and
+/// [`STATE_FORMAT`].
+pub(crate) const STATE: TableDefinition<'static, &'static str, u64> =
+    TableDefinition::new("storage_state");
+
+/// The number of the last write-ahead-log batch applied to redb.
+pub(crate) const STATE_CHECKPOINT: &str = "checkpointed_batch";
+
+/// The store's on-disk format version, written when a store is created or first opened by a
+/// build that knows it.
+pub(crate) const STATE_FORMAT: &str = "format";
+
+/// The format this build writes and reads: 2 = redb plus a write-ahead log that may hold
+/// acknowledged batches not yet in redb. (Format 1, redb alone with every batch a redb
+/// transaction, had no marker; a store without one is format 1 and is upgraded in place,
+/// which is safe because format 1 never leaves a log behind.) A build refuses a store whose
+/// format is newer than it knows, so it can never ignore a log it does not understand.
+pub const FORMAT_VERSION: u64 = 2;
+
 /// A key range with borrowed bounds, the form both redb and `BTreeMap` accept.
 pub(crate) type KeyBounds<'k> = (Bound<&'k [u8]>, Bound<&'k [u8]>);
 

@@ -1,69 +1,22 @@
-//! What a write job sees: [`WriteTxn`], one job's buffered writes over the batch's redb write
-//! transaction, and [`WriteRange`], the merged view its scans return.
+//! What a write job sees: [`WriteTxn`], one job's buffered writes over the batch so far, and
+//! [`WriteRange`], the merged view its scans return.
 //!
-//! A job's puts and deletes go to a per-job overlay, not to redb. Reads look at the overlay
-//! first and then at the batch's transaction, which already holds the writes of the earlier
-//! jobs of the batch that succeeded. The writer copies the overlay into the transaction only if
-//! the job returns `Ok`; on `Err` or panic the overlay is dropped, so a failed job leaves no
-//! trace, and the jobs after it never see its writes.
-//!
-//! (redb's ephemeral savepoints cannot do this: `WriteTransaction::ephemeral_savepoint` fails
-//! once any table has been opened in the transaction, i.e. after the batch's first job.)
+//! A job reads through four levels, newest first: its own overlay, the batch so far (the
+//! writes of the earlier jobs of its batch that succeeded), the layers of committed batches
+//! not yet checkpointed, and redb. Its puts and deletes go to the overlay only. The writer
+//! folds the overlay into the batch if the job returns `Ok`; on `Err` or panic the overlay is
+//! dropped, so a failed job leaves no trace, and the jobs after it never see its writes.
 
-use std::cmp::Ordering;
-use std::collections::btree_map;
-use std::collections::BTreeMap;
 use std::ops::RangeBounds;
 
-use redb::ReadableTable;
-
-use crate::read::{Entry, ReadRange};
-use crate::tables::{self, KeyBounds, Table, TABLE_COUNT};
+use crate::layer::{Changes, Snapshot};
+use crate::merge::{Merged, Side};
+use crate::read::Entry;
+use crate::tables::{self, KeyBounds, Table};
 use crate::StorageError;
-
-type RawTable<'txn> = redb::Table<'txn, &'static [u8], &'static [u8]>;
 
 /// Runs on the writer thread after the batch commits, before any waiter is told.
 pub(crate) type Hook = Box<dyn FnOnce()>;
-
-/// The batch's tables, opened once per batch in the redb write transaction.
-pub(crate) struct BaseTables<'txn> {
-    tables: Vec<RawTable<'txn>>,
-}
-
-impl<'txn> BaseTables<'txn> {
-    pub(crate) fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, StorageError> {
-        let tables = Table::ALL
-            .iter()
-            .map(|t| txn.open_table(t.definition()))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(BaseTables { tables })
-    }
-
-    fn get(&self, table: Table) -> &RawTable<'txn> {
-        &self.tables[table.index()]
-    }
-
-    /// Copies a successful job's writes into the transaction. An error here leaves the
-    /// transaction half-applied, so the caller must abort the whole batch.
-    pub(crate) fn apply(&mut self, overlay: Overlay) -> Result<(), StorageError> {
-        for (raw, map) in self.tables.iter_mut().zip(overlay.maps) {
-            for (key, value) in map {
-                match value {
-                    Some(value) => drop(raw.insert(key.as_slice(), value.as_slice())?),
-                    None => drop(raw.remove(key.as_slice())?),
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// One job's pending writes: per table, key -> `Some(value)` for a put, `None` for a delete.
-#[derive(Default)]
-pub(crate) struct Overlay {
-    maps: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; TABLE_COUNT],
-}
 
 /// The write side of one job: reads see the batch so far plus this job's own writes; writes
 /// are buffered and applied only if the job succeeds.
@@ -71,31 +24,34 @@ pub(crate) struct Overlay {
 /// Memory: the overlay holds everything the job writes until it returns, so a job's size is
 /// bounded by what the caller puts in it (the database layer's document and transaction limits).
 pub struct WriteTxn<'a> {
-    base: &'a BaseTables<'a>,
-    overlay: Overlay,
+    snapshot: &'a Snapshot,
+    batch: &'a Changes,
+    overlay: Changes,
     hooks: Vec<Hook>,
 }
 
 impl<'a> WriteTxn<'a> {
-    pub(crate) fn new(base: &'a BaseTables<'a>) -> Self {
+    pub(crate) fn new(snapshot: &'a Snapshot, batch: &'a Changes) -> Self {
         WriteTxn {
-            base,
-            overlay: Overlay::default(),
+            snapshot,
+            batch,
+            overlay: Changes::default(),
             hooks: Vec::new(),
         }
     }
 
-    pub(crate) fn into_parts(self) -> (Overlay, Vec<Hook>) {
+    pub(crate) fn into_parts(self) -> (Changes, Vec<Hook>) {
         (self.overlay, self.hooks)
     }
 
     /// The value under `key` as this job would leave it.
     pub fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        if let Some(pending) = self.overlay.maps[table.index()].get(key) {
-            return Ok(pending.clone());
+        for level in [&self.overlay, self.batch] {
+            if let Some(pending) = level.table(table).get(key) {
+                return Ok(pending.clone());
+            }
         }
-        let found = self.base.get(table).get(key)?;
-        Ok(found.map(|guard| guard.value().to_vec()))
+        self.snapshot.get(table, key)
     }
 
     /// A counter stored with [`encode_u64`](crate::encode_u64).
@@ -115,7 +71,7 @@ impl<'a> WriteTxn<'a> {
     ) -> Result<(), StorageError> {
         let (key, value) = (key.into(), value.into());
         tables::check_entry(&key, &value)?;
-        self.overlay.maps[table.index()].insert(key, Some(value));
+        self.overlay.table_mut(table).insert(key, Some(value));
         Ok(())
     }
 
@@ -131,7 +87,7 @@ impl<'a> WriteTxn<'a> {
 
     /// Removes `key` (a no-op if it is absent).
     pub fn delete(&mut self, table: Table, key: impl Into<Vec<u8>>) {
-        self.overlay.maps[table.index()].insert(key.into(), None);
+        self.overlay.table_mut(table).insert(key.into(), None);
     }
 
     /// The entries in `range` as this job would leave them, lazily, in key order.
@@ -153,18 +109,9 @@ impl<'a> WriteTxn<'a> {
     }
 
     fn merged(&self, table: Table, bounds: KeyBounds<'_>) -> Result<WriteRange<'_>, StorageError> {
-        let base = ReadRange::over(self.base.get(table), bounds)?;
-        let map = &self.overlay.maps[table.index()];
-        let overlay = if tables::is_empty_range(&bounds) {
-            btree_map::Range::default()
-        } else {
-            map.range::<[u8], _>(bounds)
-        };
-        Ok(WriteRange {
-            base: Ends::new(base),
-            overlay: Ends::new(overlay),
-            failed: false,
-        })
+        let newer = [self.batch.table(table), self.overlay.table(table)];
+        let inner = self.snapshot.merged(table, bounds, &newer)?;
+        Ok(WriteRange { inner })
     }
 
     /// Runs `hook` on the writer thread once this job's batch has committed and before any
@@ -176,123 +123,23 @@ impl<'a> WriteTxn<'a> {
     }
 }
 
-/// A job's view of a key range: the batch's entries merged with the job's pending writes
-/// (pending puts win, pending deletes hide). Lazy and double-ended.
+/// A job's view of a key range: everything committed, merged with the batch so far and the
+/// job's pending writes (newer writes win, deletes hide). Lazy and double-ended.
 pub struct WriteRange<'a> {
-    base: Ends<ReadRange<'a>>,
-    overlay: Ends<btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>>,
-    // Set after yielding an error; nothing follows it.
-    failed: bool,
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Side {
-    Front,
-    Back,
-}
-
-enum Pick {
-    Base,
-    Overlay,
-    // Same key in both: the overlay's pending write replaces the batch's entry.
-    Both,
-}
-
-impl WriteRange<'_> {
-    fn step(&mut self, side: Side) -> Option<Result<Entry, StorageError>> {
-        loop {
-            if self.failed {
-                return None;
-            }
-            let pick = match (self.base.peek(side), self.overlay.peek(side)) {
-                (None, None) => return None,
-                (Some(Err(_)), _) => Pick::Base,
-                (Some(Ok((base_key, _))), Some((overlay_key, _))) => {
-                    let ord = base_key.as_slice().cmp(overlay_key.as_slice());
-                    let ord = if side == Side::Back {
-                        ord.reverse()
-                    } else {
-                        ord
-                    };
-                    match ord {
-                        Ordering::Less => Pick::Base,
-                        Ordering::Greater => Pick::Overlay,
-                        Ordering::Equal => Pick::Both,
-                    }
-                }
-                (Some(Ok(_)), None) => Pick::Base,
-                (None, Some(_)) => Pick::Overlay,
-            };
-            if let Pick::Base = pick {
-                let item = self.base.take(side)?;
-                self.failed = item.is_err();
-                return Some(item);
-            }
-            if let Pick::Both = pick {
-                self.base.take(side);
-            }
-            if let Some((key, Some(value))) = self.overlay.take(side) {
-                return Some(Ok((key.clone(), value.clone())));
-            }
-            // A pending delete: skip it (and the entry it hid, if any).
-        }
-    }
+    inner: Merged<'a>,
 }
 
 impl Iterator for WriteRange<'_> {
     type Item = Result<Entry, StorageError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.step(Side::Front)
+        self.inner.step(Side::Front)
     }
 }
 
 impl DoubleEndedIterator for WriteRange<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
-        self.step(Side::Back)
-    }
-}
-
-/// A double-ended iterator that can peek at either end. An item is buffered at one end at a
-/// time; when the middle runs dry, the other end's buffered item is the last one left.
-struct Ends<I: DoubleEndedIterator> {
-    iter: I,
-    front: Option<I::Item>,
-    back: Option<I::Item>,
-}
-
-impl<I: DoubleEndedIterator> Ends<I> {
-    fn new(iter: I) -> Self {
-        Ends {
-            iter,
-            front: None,
-            back: None,
-        }
-    }
-
-    fn peek(&mut self, side: Side) -> Option<&I::Item> {
-        match side {
-            Side::Front => {
-                if self.front.is_none() {
-                    self.front = self.iter.next().or_else(|| self.back.take());
-                }
-                self.front.as_ref()
-            }
-            Side::Back => {
-                if self.back.is_none() {
-                    self.back = self.iter.next_back().or_else(|| self.front.take());
-                }
-                self.back.as_ref()
-            }
-        }
-    }
-
-    fn take(&mut self, side: Side) -> Option<I::Item> {
-        self.peek(side);
-        match side {
-            Side::Front => self.front.take(),
-            Side::Back => self.back.take(),
-        }
+        self.inner.step(Side::Back)
     }
 }
 

@@ -1,8 +1,10 @@
 //! The group-commit writer: the type-erased [`Job`], the one writer thread's loop (drain up to
-//! `batch_max` queued jobs, run them in order in one redb write transaction, commit once, then
-//! resolve every waiter), the [`Ticket`] a submitter waits on, and the writer's [`Metrics`].
+//! `batch_max` queued jobs, run them in order against the current snapshot, have the log
+//! thread write the batch's changes to the WAL with one sync, publish them as a layer, then
+//! resolve every waiter), the [`Ticket`] a submitter waits on, and the store's [`Metrics`].
 //!
-//! Not here: opening the file and the queue itself (`store.rs`), what a job can do (`write.rs`).
+//! Not here: opening the file and the queue itself (`store.rs`), what a job can do (`write.rs`),
+//! the log (`wal.rs`), getting layers into redb (`checkpoint.rs`).
 
 use std::any::Any;
 use std::future::{Future, IntoFuture};
@@ -14,8 +16,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::checkpoint::Shared;
 use crate::error::commit_error;
-use crate::write::{BaseTables, Hook, WriteTxn};
+use crate::layer::{Changes, Layer};
+use crate::wal::{LogRequest, LogThread};
+use crate::write::{Hook, WriteTxn};
 use crate::{Durability, StorageError, WriteError};
 
 type Reply<T, E> = Result<T, WriteError<E>>;
@@ -160,22 +165,25 @@ impl<T, E> Future for TicketFuture<T, E> {
     }
 }
 
-/// Counters the writer updates after every batch; plain atomics, cheap to read at any time.
+/// Counters the writer and the checkpointer update; plain atomics, cheap to read at any time.
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
     commits: AtomicU64,
-    commit_failures: AtomicU64,
+    pub(crate) commit_failures: AtomicU64,
     jobs_committed: AtomicU64,
     jobs_failed: AtomicU64,
     last_batch_size: AtomicU64,
+    pub(crate) checkpoints: AtomicU64,
+    pub(crate) layers_bytes: AtomicU64,
+    pub(crate) writer_stalls: AtomicU64,
 }
 
 /// A snapshot of the writer's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MetricsSnapshot {
-    /// Batches committed (one redb commit, and one fsync in `Fsync` mode, each).
+    /// Batches committed (one WAL append, and one fsync in `Fsync` mode, each).
     pub commits: u64,
-    /// Batches whose commit failed; every job in them got the error.
+    /// Batches whose commit failed (every job in them got the error), and failed checkpoints.
     pub commit_failures: u64,
     /// Jobs whose writes were committed.
     pub jobs_committed: u64,
@@ -183,6 +191,12 @@ pub struct MetricsSnapshot {
     pub jobs_failed: u64,
     /// How many jobs the most recent batch held.
     pub last_batch_size: u64,
+    /// Checkpoints done: committed batches applied to redb in one transaction.
+    pub checkpoints: u64,
+    /// Memory held by committed batches not yet checkpointed (an estimate), in bytes.
+    pub layers_bytes: u64,
+    /// Times the writer waited for a checkpoint because the layers held `layers_bytes_max`.
+    pub writer_stalls: u64,
 }
 
 impl Metrics {
@@ -195,13 +209,17 @@ impl Metrics {
             jobs_committed: self.jobs_committed.load(Relaxed),
             jobs_failed: self.jobs_failed.load(Relaxed),
             last_batch_size: self.last_batch_size.load(Relaxed),
+            checkpoints: self.checkpoints.load(Relaxed),
+            layers_bytes: self.layers_bytes.load(Relaxed),
+            writer_stalls: self.writer_stalls.load(Relaxed),
         }
     }
 }
 
 /// The state of the one writer thread.
 pub(crate) struct Writer {
-    pub(crate) db: Arc<redb::Database>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) log: LogThread,
     pub(crate) queue: Receiver<Msg>,
     /// Background jobs (trigger tasks, index builds): they fill a batch after the foreground
     /// jobs, within `background_budget` of the batch's start, and at least one per batch.
@@ -209,288 +227,392 @@ pub(crate) struct Writer {
     pub(crate) background_budget: Duration,
     /// Set while the writer sleeps on the foreground queue (see `Store::submit_background`).
     pub(crate) sleeping: Arc<std::sync::atomic::AtomicBool>,
+    /// False once every foreground sender is gone (closing): the writer then drains the
+    /// background queue and stops.
+    pub(crate) foreground_open: bool,
+    /// A heavy background job met while filling a batch: it opens a later batch, after the
+    /// client jobs queued by then have had a batch without it.
+    pub(crate) deferred: Option<Box<dyn Job>>,
+    /// Whether the queued client jobs have had their batch ahead of `deferred` yet.
+    pub(crate) yielded: bool,
     pub(crate) durability: Durability,
     pub(crate) batch_max: usize,
-    /// No-sync mode only: how long a commit may stay non-durable.
+    /// No-sync mode only: how long a logged batch may stay non-durable.
     pub(crate) nosync_lag_max: Duration,
     pub(crate) metrics: Arc<Metrics>,
+    /// The number the next batch that writes something gets.
+    pub(crate) next_batch: u64,
+}
+
+/// A batch whose jobs have run and whose fate is not yet known: its record may be with the
+/// log thread.
+struct InFlight {
+    size: u64,
+    ran: Vec<Ran>,
+    hooks: Vec<Hook>,
+    /// Jobs not run because the store had already failed.
+    unrun: Vec<Box<dyn Job>>,
+    /// What the batch wrote, if anything: published once logged.
+    layer: Option<Arc<Layer>>,
+    /// The log thread owes a reply for this batch.
+    logged: bool,
+    /// The record was synced (no-sync mode decides per batch).
+    synced: bool,
+    /// Known before the reply: the store had failed, or the batch before this one (whose
+    /// writes this one read) failed.
+    error: Option<StorageError>,
+}
+
+/// What the writer found to do next.
+enum Next {
+    Jobs(Vec<Box<dyn Job>>),
+    /// Nothing queued while a batch is in flight: finish it.
+    Idle,
+    /// No-sync mode: the oldest unsynced batch reached `nosync_lag_max` while idle.
+    SyncDue,
+    /// Every sender is gone and the queue is empty.
+    Closed,
 }
 
 impl Writer {
     /// Serves batches until every sender is gone and the queue is empty, so jobs queued before
-    /// `close` still commit; then makes the last commits durable.
+    /// `close` still commit; then has the log thread make the log durable and stop.
     ///
-    /// In no-sync mode redb's non-durable commits stay volatile until a durable one follows,
-    /// so the writer makes a batch durable once the oldest volatile commit is
-    /// `nosync_lag_max` old, or commits an empty durable transaction when idle by then. That
-    /// bounds what a crash can take to about `nosync_lag_max` of acknowledged writes.
-    pub(crate) fn run(self) -> Result<(), StorageError> {
-        // No-sync mode: when the oldest commit not yet made durable was made.
+    /// Pipelined: while the log thread writes and syncs batch N, the writer runs the jobs of
+    /// batch N+1 against a view that includes N. N is published to readers, its hooks run and
+    /// its waiters are told only once its record is durable (the writer looks for that between
+    /// N+1's jobs); if that fails, N+1 fails too.
+    ///
+    /// In no-sync mode a batch is acknowledged once written to the log file, before it is
+    /// synced; a batch is synced once the oldest unsynced one is `nosync_lag_max` old (alone,
+    /// when idle by then). That bounds what an operating-system crash or power loss can take
+    /// to about `nosync_lag_max` of acknowledged writes.
+    pub(crate) fn run(mut self) -> Result<(), StorageError> {
+        // No-sync mode: when the oldest batch not yet synced was logged.
         let mut volatile_since: Option<Instant> = None;
-        let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(self.batch_max);
-        let mut foreground_open = true;
-        // A heavy background job met while filling a batch. The client jobs queued by then
-        // commit first, in a batch of their own; then the heavy job opens the next batch.
-        let mut deferred: Option<Box<dyn Job>> = None;
-        let mut yielded = false;
+        let mut in_flight: Option<InFlight> = None;
         loop {
-            if deferred.is_some() {
-                if !yielded {
-                    yielded = true;
-                    if let Some(job) = self.next_foreground(&mut foreground_open) {
-                        batch.push(job);
-                        self.fill_and_commit(&mut batch, &mut volatile_since, &mut deferred);
-                        continue;
-                    }
+            let jobs = match self.next(in_flight.is_some(), volatile_since) {
+                Next::Jobs(jobs) => jobs,
+                Next::Idle => {
+                    let batch = in_flight
+                        .take()
+                        .expect("idle only while a batch is in flight");
+                    let _ = self.finish(batch, None, &mut volatile_since);
+                    continue;
                 }
-                yielded = false;
-                batch.push(deferred.take().expect("checked"));
-                self.fill_and_commit(&mut batch, &mut volatile_since, &mut deferred);
-                continue;
-            }
-            // Foreground first, then background; with neither, sleep on the foreground queue
-            // (a background submission also sends a `Wake` there).
-            let ready = self.next_foreground(&mut foreground_open);
-            let first = match ready.or_else(|| self.background.try_recv().ok().map(|b| b.job)) {
-                Some(job) => job,
-                None if !foreground_open => break,
-                None => {
-                    // Say so before sleeping, then look once more: a background job submitted
-                    // after this look sees the flag and sends a `Wake`.
-                    use std::sync::atomic::{fence, Ordering::SeqCst};
-                    self.sleeping.store(true, SeqCst);
-                    fence(SeqCst);
-                    if let Ok(b) = self.background.try_recv() {
-                        self.sleeping.store(false, SeqCst);
-                        batch.push(b.job);
-                        self.fill_and_commit(&mut batch, &mut volatile_since, &mut deferred);
-                        continue;
-                    }
-                    // The deadline by which the volatile commits must be made durable, if any.
-                    let deadline =
-                        volatile_since.and_then(|since| since.checked_add(self.nosync_lag_max));
-                    let received = match deadline {
-                        None => self
-                            .queue
-                            .recv()
-                            .map_err(|_| RecvTimeoutError::Disconnected),
-                        Some(deadline) => self
-                            .queue
-                            .recv_timeout(deadline.saturating_duration_since(Instant::now())),
-                    };
-                    self.sleeping.store(false, SeqCst);
-                    match received {
-                        Ok(Msg::Job(job)) => job,
-                        Ok(Msg::Wake) => continue,
-                        Err(RecvTimeoutError::Timeout) => {
-                            // On failure, try again after another lag period (redb refuses
-                            // writes after an I/O error, so batches report it meanwhile).
-                            volatile_since = match self.make_durable() {
-                                Ok(()) => None,
-                                Err(_) => Some(Instant::now()),
-                            };
-                            continue;
-                        }
-                        // Closing: commit what the background queue still holds, then stop.
-                        Err(RecvTimeoutError::Disconnected) => {
-                            foreground_open = false;
-                            continue;
-                        }
-                    }
+                Next::SyncDue => {
+                    self.sync();
+                    volatile_since = None;
+                    continue;
                 }
+                Next::Closed => break,
             };
-            batch.push(first);
-            self.fill_and_commit(&mut batch, &mut volatile_since, &mut deferred);
+            let sync = self.durability == Durability::Fsync
+                || volatile_since.is_some_and(|since| since.elapsed() >= self.nosync_lag_max);
+            let mut batch = self.execute(jobs, &mut in_flight, &mut volatile_since, sync);
+            // Tickets resolve in batch order: the batch before this one first.
+            if let Some(previous) = in_flight.take() {
+                if let Err(err) = self.finish(previous, None, &mut volatile_since) {
+                    // This batch read what that one wrote: it cannot commit either (if it
+                    // was logged, the log thread refuses it too).
+                    batch.error.get_or_insert(err);
+                }
+            }
+            if batch.logged {
+                in_flight = Some(batch);
+            } else {
+                // Nothing to wait for (it wrote nothing, or failed before logging).
+                let _ = self.finish(batch, None, &mut volatile_since);
+            }
         }
-        if let Some(job) = deferred.take() {
-            self.commit_batch(vec![job], true, &mut None);
+        if let Some(batch) = in_flight.take() {
+            let _ = self.finish(batch, None, &mut volatile_since);
         }
-        if volatile_since.is_some() {
-            self.make_durable()?;
+        let LogThread {
+            requests, handle, ..
+        } = self.log;
+        drop(requests);
+        let closed = handle
+            .join()
+            .unwrap_or_else(|_| Err(StorageError::Internal("the log thread panicked".into())));
+        if let Err(err) = &closed {
+            self.shared.fail(err.clone());
         }
-        Ok(())
+        closed
+    }
+
+    /// Waits for work: blocks only when no batch is in flight (then wakes for the no-sync
+    /// deadline and for background jobs too); otherwise takes what is queued or reports `Idle`.
+    ///
+    /// Foreground (client) jobs come first; a batch starts with a background job only when no
+    /// client job waits. A deferred heavy background job opens a batch of its own once the
+    /// client jobs queued before it have had one without it.
+    fn next(&mut self, busy: bool, volatile_since: Option<Instant>) -> Next {
+        let first = loop {
+            if self.deferred.is_some() {
+                if !self.yielded {
+                    self.yielded = true;
+                    if let Some(job) = self.next_foreground() {
+                        break job;
+                    }
+                }
+                self.yielded = false;
+                break self.deferred.take().expect("checked");
+            }
+            if let Some(job) = self.next_foreground() {
+                break job;
+            }
+            if let Ok(b) = self.background.try_recv() {
+                break b.job;
+            }
+            if busy {
+                return Next::Idle;
+            }
+            if !self.foreground_open {
+                return Next::Closed;
+            }
+            // Say so before sleeping, then look once more: a background job submitted after
+            // this look sees the flag and sends a `Wake`.
+            use std::sync::atomic::{fence, Ordering::SeqCst};
+            self.sleeping.store(true, SeqCst);
+            fence(SeqCst);
+            if let Ok(b) = self.background.try_recv() {
+                self.sleeping.store(false, SeqCst);
+                break b.job;
+            }
+            let received =
+                match volatile_since.and_then(|since| since.checked_add(self.nosync_lag_max)) {
+                    None => self
+                        .queue
+                        .recv()
+                        .map_err(|_| RecvTimeoutError::Disconnected),
+                    Some(deadline) => self
+                        .queue
+                        .recv_timeout(deadline.saturating_duration_since(Instant::now())),
+                };
+            self.sleeping.store(false, SeqCst);
+            match received {
+                Ok(Msg::Job(job)) => break job,
+                Ok(Msg::Wake) => continue,
+                Err(RecvTimeoutError::Timeout) => return Next::SyncDue,
+                // Closing: commit what the background queue still holds, then stop.
+                Err(RecvTimeoutError::Disconnected) => self.foreground_open = false,
+            }
+        };
+        let mut jobs = Vec::with_capacity(self.batch_max.min(1024));
+        jobs.push(first);
+        while jobs.len() < self.batch_max {
+            match self.next_foreground() {
+                Some(job) => jobs.push(job),
+                None => break,
+            }
+        }
+        Next::Jobs(jobs)
     }
 
     /// The next queued foreground job, if any, skipping wake-ups.
-    fn next_foreground(&self, open: &mut bool) -> Option<Box<dyn Job>> {
+    fn next_foreground(&mut self) -> Option<Box<dyn Job>> {
         loop {
             match self.queue.try_recv() {
                 Ok(Msg::Job(job)) => return Some(job),
                 Ok(Msg::Wake) => continue,
                 Err(TryRecvError::Empty) => return None,
                 Err(TryRecvError::Disconnected) => {
-                    *open = false;
+                    self.foreground_open = false;
                     return None;
                 }
             }
         }
     }
 
-    /// Adds the queued foreground jobs to `batch` (up to `batch_max`) and commits it; background
-    /// jobs join inside [`commit_batch`](Writer::commit_batch).
-    fn fill_and_commit(
-        &self,
-        batch: &mut Vec<Box<dyn Job>>,
-        volatile_since: &mut Option<Instant>,
-        deferred: &mut Option<Box<dyn Job>>,
-    ) {
-        while batch.len() < self.batch_max {
-            match self.queue.try_recv() {
-                Ok(Msg::Job(job)) => batch.push(job),
-                Ok(Msg::Wake) => continue,
-                Err(_) => break,
-            }
-        }
-        let durable = self.durability == Durability::Fsync
-            || volatile_since.is_some_and(|since| since.elapsed() >= self.nosync_lag_max);
-        if self.commit_batch(std::mem::take(batch), durable, deferred) {
-            if durable {
-                *volatile_since = None;
-            } else {
-                volatile_since.get_or_insert_with(Instant::now);
-            }
-        }
-    }
-
-    /// Commits an empty durable transaction, which makes every earlier commit durable.
-    fn make_durable(&self) -> Result<(), StorageError> {
-        let result = (|| {
-            let mut txn = self.db.begin_write()?;
-            txn.set_durability(redb::Durability::Immediate)?;
-            txn.commit()?;
-            Ok(())
-        })();
-        if result.is_err() {
+    /// Syncs the log while idle; a failure fails the store (after a failed fsync, what
+    /// reached the disk is unknown).
+    fn sync(&mut self) {
+        let result = match self.log.requests.send(LogRequest::Sync) {
+            Ok(()) => self.reply(),
+            Err(_) => Err(log_gone()),
+        };
+        if let Err(err) = result {
             self.metrics.commit_failures.fetch_add(1, Relaxed);
+            self.shared.fail(err);
         }
-        result
     }
 
-    /// Runs and commits one batch and resolves its tickets; returns whether it committed.
-    /// Background jobs join the batch after `batch` while the budget lasts.
-    fn commit_batch(
-        &self,
-        batch: Vec<Box<dyn Job>>,
-        durable: bool,
-        deferred: &mut Option<Box<dyn Job>>,
-    ) -> bool {
-        let mut jobs = BatchJobs {
-            deferred,
-            room: self.batch_max.saturating_sub(batch.len()),
-            fixed: batch.into_iter(),
-            background: &self.background,
+    fn reply(&self) -> Result<(), StorageError> {
+        self.log.replies.recv().unwrap_or_else(|_| Err(log_gone()))
+    }
+
+    /// Runs jobs in order against the current snapshot plus the batch in flight (logged, not
+    /// yet published), folding each successful job's overlay into the batch, and hands what the
+    /// batch wrote to the log thread. Between jobs it finishes the batch in flight as soon as
+    /// its record is durable. Runs nothing once the store has failed.
+    fn execute(
+        &mut self,
+        jobs: Vec<Box<dyn Job>>,
+        in_flight: &mut Option<InFlight>,
+        volatile_since: &mut Option<Instant>,
+        sync: bool,
+    ) -> InFlight {
+        let mut batch = InFlight {
+            size: jobs.len() as u64,
+            ran: Vec::with_capacity(jobs.len()),
+            hooks: Vec::new(),
+            unrun: Vec::new(),
+            layer: None,
+            logged: false,
+            synced: sync,
+            error: None,
+        };
+        if let Err(err) = self.shared.wait_for_room() {
+            batch.unrun = jobs;
+            batch.error = Some(err);
+            return batch;
+        }
+        let pending = in_flight.as_ref().and_then(|b| b.layer.as_ref());
+        let snapshot = self.shared.snapshot_with(pending);
+        let mut changes = Changes::default();
+        let mut pull = BackgroundPull {
+            room: self.batch_max.saturating_sub(jobs.len()),
             until: Instant::now() + self.background_budget,
             taken: 0,
-            closed: false,
         };
-        let mut ran = Vec::with_capacity(self.batch_max.min(1024));
-        let mut hooks = Vec::new();
-        let durability = if durable {
-            redb::Durability::Immediate
-        } else {
-            redb::Durability::None
+        let mut jobs = jobs.into_iter();
+        loop {
+            let Some(job) = jobs.next().or_else(|| self.pull_background(&mut pull)) else {
+                break;
+            };
+            let mut view = WriteTxn::new(&snapshot, &changes);
+            let outcome = job.run(&mut view);
+            let (overlay, job_hooks) = view.into_parts();
+            if outcome.ok {
+                changes.absorb(overlay);
+                batch.hooks.extend(job_hooks);
+            }
+            batch.ran.push(outcome);
+            if in_flight.is_some() {
+                if let Ok(reply) = self.log.replies.try_recv() {
+                    let previous = in_flight.take().expect("checked");
+                    if let Err(err) = self.finish(previous, Some(reply), volatile_since) {
+                        // This batch read what that one wrote: it cannot commit either.
+                        batch.error = Some(err);
+                        break;
+                    }
+                }
+            }
+        }
+        // Only jobs taken up front can be left unrun (a failure stops pulling background jobs).
+        batch.unrun.extend(jobs);
+        batch.size = (batch.ran.len() + batch.unrun.len()) as u64;
+        drop(snapshot);
+        if changes.is_empty() || batch.error.is_some() {
+            return batch;
+        }
+        let layer = Arc::new(Layer::new(self.next_batch, changes));
+        self.next_batch += 1;
+        let request = LogRequest::Append {
+            layer: layer.clone(),
+            sync,
         };
-        let result = self.execute(&mut jobs, &mut ran, &mut hooks, durability);
-        // Jobs not run because of a failure are only those already in the batch.
-        jobs.closed = true;
-        let size = ran.len() as u64;
-        let committed = result.is_ok();
-        let failed = ran.iter().filter(|r| !r.ok).count() as u64;
-        self.metrics.last_batch_size.store(size, Relaxed);
+        match self.log.requests.send(request) {
+            Ok(()) => batch.logged = true,
+            Err(_) => batch.error = Some(log_gone()),
+        }
+        batch.layer = Some(layer);
+        batch
+    }
+
+    /// Waits for the batch's record to be logged (unless `reply` already says how that went),
+    /// then publishes it, runs its hooks and resolves its tickets; or, if anything failed, fails the store and every job of the
+    /// batch. Returns the batch's error, if any.
+    fn finish(
+        &mut self,
+        batch: InFlight,
+        reply: Option<Result<(), StorageError>>,
+        volatile_since: &mut Option<Instant>,
+    ) -> Result<(), StorageError> {
+        let mut result = match batch.error {
+            Some(err) => Err(err),
+            None => Ok(()),
+        };
+        if batch.logged {
+            let logged = reply.unwrap_or_else(|| self.reply());
+            if result.is_ok() {
+                result = logged;
+            }
+        }
+        let failed = batch.ran.iter().filter(|r| !r.ok).count() as u64;
+        self.metrics.last_batch_size.store(batch.size, Relaxed);
         self.metrics.jobs_failed.fetch_add(failed, Relaxed);
         match result {
             Ok(()) => {
+                if let Some(layer) = batch.layer {
+                    self.shared.publish(layer);
+                    if batch.synced {
+                        *volatile_since = None;
+                    } else {
+                        volatile_since.get_or_insert_with(Instant::now);
+                    }
+                }
                 self.metrics.commits.fetch_add(1, Relaxed);
                 self.metrics
                     .jobs_committed
-                    .fetch_add(size - failed, Relaxed);
-                for hook in hooks {
+                    .fetch_add(batch.size - failed, Relaxed);
+                for hook in batch.hooks {
                     // A panicking hook is reported by the panic hook; the writer carries on.
                     let _ = panic::catch_unwind(AssertUnwindSafe(hook));
                 }
-                for r in ran {
+                for r in batch.ran {
                     (r.deliver)(None);
                 }
+                Ok(())
             }
             Err(err) => {
                 let err = commit_error(err);
+                self.shared.fail(err.clone());
                 self.metrics.commit_failures.fetch_add(1, Relaxed);
-                for r in ran {
+                for r in batch.ran {
                     (r.deliver)(Some(&err));
                 }
-                for job in jobs {
+                for job in batch.unrun {
                     job.fail(err.clone());
                 }
+                Err(err)
             }
         }
-        committed
-    }
-
-    /// Runs jobs in order in one write transaction and commits it. Stops at the first storage
-    /// error, leaving unrun jobs in `jobs`; the transaction is then dropped, which aborts it.
-    fn execute(
-        &self,
-        jobs: &mut impl Iterator<Item = Box<dyn Job>>,
-        ran: &mut Vec<Ran>,
-        hooks: &mut Vec<Hook>,
-        durability: redb::Durability,
-    ) -> Result<(), StorageError> {
-        let mut txn = self.db.begin_write()?;
-        txn.set_durability(durability)?;
-        {
-            let mut base = BaseTables::open(&txn)?;
-            for job in jobs {
-                let mut view = WriteTxn::new(&base);
-                let outcome = job.run(&mut view);
-                let (overlay, job_hooks) = view.into_parts();
-                let ok = outcome.ok;
-                ran.push(outcome);
-                if ok {
-                    base.apply(overlay)?;
-                    hooks.extend(job_hooks);
-                }
-            }
-        }
-        txn.commit()?;
-        Ok(())
     }
 }
 
-/// The jobs of one batch: the foreground jobs taken up front, then background jobs pulled one
-/// at a time while the batch is younger than the budget (and at least one, so background work
-/// always progresses), up to `batch_max` in all.
-struct BatchJobs<'a> {
-    fixed: std::vec::IntoIter<Box<dyn Job>>,
-    background: &'a Receiver<BackgroundJob>,
-    /// Where a heavy background job goes when met here: it opens the next batch instead.
-    deferred: &'a mut Option<Box<dyn Job>>,
+fn log_gone() -> StorageError {
+    StorageError::Internal("the log thread is gone".into())
+}
+
+/// How many background jobs a batch may still take, and until when: they join after the
+/// foreground jobs taken up front while the batch is younger than the budget (and at least
+/// one, so background work always progresses), up to `batch_max` jobs in all.
+struct BackgroundPull {
     until: Instant,
     room: usize,
     taken: usize,
-    /// Set once the batch is over: no more background jobs are pulled.
-    closed: bool,
 }
 
-impl Iterator for BatchJobs<'_> {
-    type Item = Box<dyn Job>;
-
-    fn next(&mut self) -> Option<Box<dyn Job>> {
-        if let Some(job) = self.fixed.next() {
-            return Some(job);
-        }
-        if self.closed || self.room == 0 || (self.taken > 0 && Instant::now() >= self.until) {
+impl Writer {
+    /// The next background job for the batch described by `pull`, if it may take one. A heavy
+    /// job is not taken: it is deferred to open a later batch.
+    fn pull_background(&mut self, pull: &mut BackgroundPull) -> Option<Box<dyn Job>> {
+        if pull.room == 0 || self.deferred.is_some() {
             return None;
         }
-        if self.deferred.is_some() {
+        if pull.taken > 0 && Instant::now() >= pull.until {
             return None;
         }
         let b = self.background.try_recv().ok()?;
         if b.heavy {
-            *self.deferred = Some(b.job);
+            self.deferred = Some(b.job);
             return None;
         }
-        self.room -= 1;
-        self.taken += 1;
+        pull.room -= 1;
+        pull.taken += 1;
         Some(b.job)
     }
 }

@@ -7,6 +7,13 @@
 //! file unchecked, so that the next child opens (and repairs) a crashed file and may itself be
 //! killed during that repair.
 //!
+//! Each cycle's child checkpoints on one of three schedules ([`Checkpoints`]): never (every
+//! acknowledged write is then only in the write-ahead log when the kill lands, spread over
+//! several small segments, so reopening must replay it), very often (kills land before,
+//! during and after checkpoints and segment deletions, with the writer held back by the
+//! memory bound), or by the defaults. After each check the store is closed, which must leave
+//! no log behind.
+//!
 //! A second test runs the child in no-sync mode and checks that only the writes of about the
 //! last `nosync_lag_ms_max` can be lost.
 //!
@@ -28,6 +35,7 @@ const CHILD_DIR_ENV: &str = "HERALD_CRASH_CHILD_DIR";
 const CHILD_CYCLE_ENV: &str = "HERALD_CRASH_CHILD_CYCLE";
 const CYCLES_ENV: &str = "HERALD_CRASH_CYCLES";
 const CHILD_NOSYNC_ENV: &str = "HERALD_CRASH_CHILD_NOSYNC";
+const CHILD_CHECKPOINTS_ENV: &str = "HERALD_CRASH_CHILD_CHECKPOINTS";
 const CYCLES_DEFAULT: u32 = 20;
 /// The no-sync child's bound on how long a commit stays volatile.
 const NOSYNC_LAG_MS: u64 = 50;
@@ -56,6 +64,49 @@ fn doc_value(cycle: u32, i: u64) -> Vec<u8> {
     format!("{cycle}:{i};").bytes().cycle().take(len).collect()
 }
 
+/// When a child checkpoints its write-ahead log into redb.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Checkpoints {
+    /// Never while it runs: everything acknowledged is in the log and in memory only.
+    Never,
+    /// After every few kilobytes or millisecond, with a small memory bound and log segments.
+    Often,
+    /// The store's defaults.
+    Default,
+}
+
+impl Checkpoints {
+    const ALL: [Checkpoints; 3] = [Checkpoints::Never, Checkpoints::Often, Checkpoints::Default];
+
+    fn name(self) -> &'static str {
+        match self {
+            Checkpoints::Never => "never",
+            Checkpoints::Often => "often",
+            Checkpoints::Default => "default",
+        }
+    }
+
+    fn options(self, options: StoreOptions) -> StoreOptions {
+        match self {
+            Checkpoints::Never => StoreOptions {
+                checkpoint_interval_ms: 3_600_000,
+                checkpoint_bytes: 1 << 40,
+                layers_bytes_max: 1 << 40,
+                wal_segment_bytes: 256 << 10,
+                ..options
+            },
+            Checkpoints::Often => StoreOptions {
+                checkpoint_interval_ms: 1,
+                checkpoint_bytes: 16 << 10,
+                layers_bytes_max: 256 << 10,
+                wal_segment_bytes: 32 << 10,
+                ..options
+            },
+            Checkpoints::Default => options,
+        }
+    }
+}
+
 /// The child process: writes until killed. A no-op in a normal test run.
 #[test]
 fn crash_child_writer() {
@@ -72,7 +123,12 @@ fn crash_child_writer() {
     } else {
         StoreOptions::default()
     };
-    let store = Store::open(Path::new(&dir), options).unwrap();
+    let checkpoints = match std::env::var(CHILD_CHECKPOINTS_ENV).as_deref() {
+        Ok("never") => Checkpoints::Never,
+        Ok("often") => Checkpoints::Often,
+        _ => Checkpoints::Default,
+    };
+    let store = Store::open(Path::new(&dir), checkpoints.options(options)).unwrap();
     let started = Instant::now();
     std::thread::scope(|scope| {
         for writer in 0..CHILD_WRITERS {
@@ -140,7 +196,15 @@ fn acknowledged_writes_survive_sigkill() {
         } else {
             Kill::Writing(Duration::from_millis(rng.gen_range(0..100)))
         };
-        let (acks, _) = run_child(dir.path(), cycle, kill, false);
+        let checkpoints = *Checkpoints::ALL.choose(&mut rng).unwrap();
+        let (acks, _) = run_child(dir.path(), cycle, kill, false, checkpoints);
+        if checkpoints == Checkpoints::Never && !acks.is_empty() {
+            // What the child acknowledged exists only in its log: reopening must replay it.
+            assert!(
+                !wal_segments(dir.path()).is_empty(),
+                "cycle {cycle}: no write-ahead log after acknowledged writes"
+            );
+        }
         unchecked.extend(acks.into_iter().map(|(i, _)| (cycle, i)));
         previous_unchecked = cycle + 1 < cycles && rng.gen_bool(0.3);
         if !previous_unchecked {
@@ -168,7 +232,13 @@ fn nosync_crash_loses_only_the_last_lag() {
     let mut checked: Vec<(u32, u64)> = Vec::new();
     for cycle in 0..2 {
         let run = NOSYNC_MARGIN + Duration::from_millis(500);
-        let (acks, killed) = run_child(dir.path(), cycle, Kill::Writing(run), true);
+        let (acks, killed) = run_child(
+            dir.path(),
+            cycle,
+            Kill::Writing(run),
+            true,
+            Checkpoints::Default,
+        );
         let old: Vec<(u32, u64)> = acks
             .iter()
             .filter(|(_, at)| killed.duration_since(*at) > NOSYNC_MARGIN)
@@ -185,7 +255,13 @@ fn nosync_crash_loses_only_the_last_lag() {
 
 /// Runs one child until `kill` says and kills it with SIGKILL. Returns what it acknowledged,
 /// each with when the parent read it, and when the kill was sent.
-fn run_child(dir: &Path, cycle: u32, kill: Kill, nosync: bool) -> (Vec<(u64, Instant)>, Instant) {
+fn run_child(
+    dir: &Path,
+    cycle: u32,
+    kill: Kill,
+    nosync: bool,
+    checkpoints: Checkpoints,
+) -> (Vec<(u64, Instant)>, Instant) {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args([
@@ -196,7 +272,8 @@ fn run_child(dir: &Path, cycle: u32, kill: Kill, nosync: bool) -> (Vec<(u64, Ins
             "--quiet",
         ])
         .env(CHILD_DIR_ENV, dir)
-        .env(CHILD_CYCLE_ENV, cycle.to_string());
+        .env(CHILD_CYCLE_ENV, cycle.to_string())
+        .env(CHILD_CHECKPOINTS_ENV, checkpoints.name());
     if nosync {
         command.env(CHILD_NOSYNC_ENV, "1");
     }
@@ -280,4 +357,16 @@ fn check(dir: &Path, fresh: &[(u32, u64)], older: &[(u32, u64)], rng: &mut StdRn
     );
     drop(read);
     store.close().unwrap();
+    // A clean close checkpoints everything and deletes the write-ahead log.
+    let logs = wal_segments(dir);
+    assert!(logs.is_empty(), "cycle {cycle}: close left {logs:?}");
+}
+
+/// The write-ahead-log segment files in `dir`.
+fn wal_segments(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("wal-"))
+        .collect()
 }

@@ -512,12 +512,14 @@ impl redb::StorageBackend for FailingBackend {
 
 #[test]
 fn a_failed_commit_reaches_every_job_of_the_batch() {
+    // The commit point is the write-ahead log, so that is the disk that breaks here.
     let fail = Arc::new(AtomicBool::new(false));
-    let backend = FailingBackend {
-        inner: redb::backends::InMemoryBackend::new(),
-        fail: fail.clone(),
-    };
-    let store = Store::with_backend(backend, StoreOptions::default()).unwrap();
+    let store = Store::with_wal(
+        redb::backends::InMemoryBackend::new(),
+        crate::wal::Wal::Failing(fail.clone()),
+        StoreOptions::default(),
+    )
+    .unwrap();
     put(&store, b"before").wait().unwrap();
     let (stalled, release) = stall(&store);
     let mut tickets: Vec<_> = (0..2u8).map(|i| put(&store, &[i])).collect();
@@ -541,7 +543,7 @@ fn a_failed_commit_reaches_every_job_of_the_batch() {
     let m = store.metrics();
     assert_eq!((m.commits, m.commit_failures, m.last_batch_size), (2, 1, 3));
     assert!(visible(&store, b"before") && !visible(&store, &[0]) && !visible(&store, b"last"));
-    // redb refuses further writes after an I/O error; later jobs get that error too.
+    // The store refuses further writes after an I/O error; later jobs get that error too.
     let later = put(&store, b"later").wait().unwrap_err();
     assert_eq!(later.storage().unwrap().code(), "storage_io");
 }
@@ -554,4 +556,129 @@ fn handles_cross_threads() {
     send::<crate::ReadTxn>();
     send::<Ticket<Vec<u8>, StorageError>>();
     send::<crate::TicketFuture<Vec<u8>, StorageError>>();
+}
+
+#[test]
+fn a_failed_checkpoint_fails_later_writes_but_reads_go_on() {
+    let fail = Arc::new(AtomicBool::new(false));
+    let backend = FailingBackend {
+        inner: redb::backends::InMemoryBackend::new(),
+        fail: fail.clone(),
+    };
+    // Checkpoints only when asked, so the test decides which batches reach redb.
+    let options = StoreOptions {
+        checkpoint_interval_ms: 3_600_000,
+        ..StoreOptions::default()
+    };
+    let store = Store::with_backend(backend, options).unwrap();
+    put(&store, b"before").wait().unwrap();
+    store.checkpoint().unwrap();
+    put(&store, b"layered").wait().unwrap();
+    fail.store(true, Ordering::SeqCst);
+    assert_eq!(store.checkpoint().unwrap_err().code(), "storage_io");
+    // Committed writes stay readable, from redb and from memory.
+    assert!(visible(&store, b"before") && visible(&store, b"layered"));
+    // Like a failed commit, a failed checkpoint refuses further writes until reopened.
+    let later = put(&store, b"later").wait().unwrap_err();
+    assert_eq!(later.storage().unwrap().code(), "storage_io");
+    assert!(!visible(&store, b"later"));
+    let m = store.metrics();
+    assert_eq!((m.checkpoints, m.commit_failures), (1, 2));
+}
+
+/// An in-memory backend whose writes wait while the gate is shut: a disk too slow for the
+/// checkpointer to keep up.
+#[derive(Debug)]
+struct GatedBackend {
+    inner: redb::backends::InMemoryBackend,
+    gate: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl redb::StorageBackend for GatedBackend {
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        self.inner.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.inner.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let (shut, changed) = &*self.gate;
+        let mut guard = shut.lock().unwrap();
+        while *guard {
+            guard = changed.wait(guard).unwrap();
+        }
+        drop(guard);
+        self.inner.write(offset, data)
+    }
+}
+
+#[test]
+fn the_writer_waits_for_the_checkpointer_when_the_layers_are_full() {
+    let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let set_gate = |shut: bool| {
+        *gate.0.lock().unwrap() = shut;
+        gate.1.notify_all();
+    };
+    let backend = GatedBackend {
+        inner: redb::backends::InMemoryBackend::new(),
+        gate: gate.clone(),
+    };
+    let max = 64 << 10;
+    let options = StoreOptions {
+        checkpoint_bytes: 1 << 10,
+        checkpoint_interval_ms: 1,
+        layers_bytes_max: max,
+        ..StoreOptions::default()
+    };
+    let store = Arc::new(Store::with_backend(backend, options).unwrap());
+    set_gate(true);
+    // Each write is a batch of its own of about 4 KiB, so about 16 fill the layers.
+    let writes = 64u32;
+    let submitter = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            for i in 0..writes {
+                store
+                    .submit(move |txn| txn.put(Table::Docs, i.to_be_bytes(), vec![7u8; 4096]))
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while store.metrics().writer_stalls == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer never waited"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let stalled = store.metrics();
+    assert!(
+        !submitter.is_finished(),
+        "writes went on while the layers were full"
+    );
+    // Bounded: the limit plus at most the one batch that crossed it.
+    assert!(
+        stalled.layers_bytes >= max as u64 && stalled.layers_bytes < (max + 8192) as u64,
+        "{stalled:?}"
+    );
+    assert!(stalled.jobs_committed < u64::from(writes));
+    set_gate(false);
+    submitter.join().unwrap();
+    store.checkpoint().unwrap();
+    let done = store.metrics();
+    assert_eq!(
+        (done.jobs_committed, done.layers_bytes),
+        (u64::from(writes), 0)
+    );
+    assert!((0..writes).all(|i| visible(&store, &i.to_be_bytes())));
 }

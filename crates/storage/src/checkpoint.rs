@@ -1,0 +1,338 @@
+//! The state the writer, the checkpointer and readers share ([`Shared`]: the current
+//! [`Snapshot`], the memory the layers hold, failure), and the checkpointer thread, which
+//! applies committed layers to redb in large transactions and then drops them.
+//!
+//! Why: redb's copy-on-write B-tree copies, writes and checksums every page a transaction
+//! touches. A batch of ~64 documents with ~11 index entries each lands on hundreds of random
+//! leaves, so committing every batch to redb rewrote a 4 KiB page for nearly every entry; the
+//! writer spent ~70% of its time there. Logging the batch to the WAL and checkpointing many
+//! batches at once touches each page once per checkpoint instead of once per batch.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::layer::{Base, Layer, Snapshot};
+use crate::tables::{Table, STATE, STATE_CHECKPOINT};
+use crate::wal::Segments;
+use crate::writer::Metrics;
+use crate::StorageError;
+
+/// When to checkpoint, and how much memory the layers may hold.
+#[derive(Debug, Clone)]
+pub(crate) struct Limits {
+    /// Checkpoint once the layers hold this many bytes...
+    pub(crate) checkpoint_bytes: usize,
+    /// ...or once the oldest layer is this old.
+    pub(crate) checkpoint_interval: Duration,
+    /// The writer waits before a batch while the layers hold this many bytes.
+    pub(crate) layers_bytes_max: usize,
+}
+
+/// What the writer, the checkpointer and [`Store::read`](crate::Store::read) share.
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    // Signalled when layers are published or checkpointed, a checkpoint is asked for, the
+    // writer waits for room, the store fails or closes.
+    changed: Condvar,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+}
+
+struct State {
+    /// What a new reader sees: redb as of the last checkpoint plus the layers after it.
+    snapshot: Arc<Snapshot>,
+    /// The sum of the bytes of `snapshot.layers`.
+    layers_bytes: usize,
+    /// The writer is waiting for a checkpoint to free memory.
+    writer_waiting: bool,
+    /// The writer has stopped: checkpoint everything and exit.
+    closing: bool,
+    /// Set by the first failure to log or checkpoint; every later batch fails with it.
+    failed: Option<StorageError>,
+    /// Checkpoints asked for by [`Shared::checkpoint_now`], and how many of them are done.
+    requested: u64,
+    served: u64,
+}
+
+impl Shared {
+    pub(crate) fn new(base: Base, limits: Limits, metrics: Arc<Metrics>) -> Arc<Shared> {
+        Arc::new(Shared {
+            state: Mutex::new(State {
+                snapshot: Arc::new(Snapshot {
+                    base: Arc::new(base),
+                    layers: Vec::new(),
+                }),
+                layers_bytes: 0,
+                writer_waiting: false,
+                closing: false,
+                failed: None,
+                requested: 0,
+                served: 0,
+            }),
+            changed: Condvar::new(),
+            limits,
+            metrics,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while holding the lock; a poisoned one is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wait<'a>(&self, guard: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.changed
+            .wait(guard)
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The current snapshot: everything committed so far.
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
+        self.lock().snapshot.clone()
+    }
+
+    /// The current snapshot plus `pending`, a batch the writer has logged but not yet
+    /// published (its sync may still be under way): what the writer's next batch reads.
+    pub(crate) fn snapshot_with(&self, pending: Option<&Arc<Layer>>) -> Arc<Snapshot> {
+        let current = self.snapshot();
+        match pending {
+            None => current,
+            Some(layer) => {
+                let mut layers = Vec::with_capacity(current.layers.len() + 1);
+                layers.extend(current.layers.iter().cloned());
+                layers.push(layer.clone());
+                Arc::new(Snapshot {
+                    base: current.base.clone(),
+                    layers,
+                })
+            }
+        }
+    }
+
+    /// Makes a committed batch visible to new snapshots. Writer thread only.
+    pub(crate) fn publish(&self, layer: Arc<Layer>) {
+        let bytes = layer.bytes;
+        let mut state = self.lock();
+        let mut layers = Vec::with_capacity(state.snapshot.layers.len() + 1);
+        layers.extend(state.snapshot.layers.iter().cloned());
+        layers.push(layer);
+        // The checkpointer sleeps without a deadline while there are no layers, and until the
+        // oldest one is due otherwise; wake it when that changes.
+        let threshold = self.limits.checkpoint_bytes;
+        let wake = layers.len() == 1
+            || (state.layers_bytes < threshold && state.layers_bytes + bytes >= threshold);
+        let snapshot = Arc::new(Snapshot {
+            base: state.snapshot.base.clone(),
+            layers,
+        });
+        let old = std::mem::replace(&mut state.snapshot, snapshot);
+        state.layers_bytes += bytes;
+        self.metrics
+            .layers_bytes
+            .store(state.layers_bytes as u64, Relaxed);
+        drop(state);
+        drop(old);
+        if wake {
+            self.changed.notify_all();
+        }
+    }
+
+    /// Blocks the writer while the layers hold `layers_bytes_max` or more (back-pressure: the
+    /// checkpointer frees memory); fails once the store has failed.
+    pub(crate) fn wait_for_room(&self) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        let mut stalled = false;
+        loop {
+            if let Some(err) = &state.failed {
+                return Err(err.clone());
+            }
+            if state.layers_bytes < self.limits.layers_bytes_max {
+                break;
+            }
+            if !stalled {
+                stalled = true;
+                self.metrics.writer_stalls.fetch_add(1, Relaxed);
+            }
+            state.writer_waiting = true;
+            self.changed.notify_all();
+            state = self.wait(state);
+        }
+        state.writer_waiting = false;
+        Ok(())
+    }
+
+    /// Records the store's first failure: later batches fail with it, readers carry on.
+    pub(crate) fn fail(&self, err: StorageError) {
+        self.lock().failed.get_or_insert(err);
+        self.changed.notify_all();
+    }
+
+    /// Asks for a checkpoint of everything committed so far and waits for it.
+    pub(crate) fn checkpoint_now(&self) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        state.requested += 1;
+        let mine = state.requested;
+        self.changed.notify_all();
+        loop {
+            if state.served >= mine {
+                return Ok(());
+            }
+            if let Some(err) = &state.failed {
+                return Err(err.clone());
+            }
+            state = self.wait(state);
+        }
+    }
+
+    /// The writer has stopped: the checkpointer checkpoints what is left and exits.
+    pub(crate) fn close(&self) {
+        self.lock().closing = true;
+        self.changed.notify_all();
+    }
+}
+
+/// The checkpointer thread: applies layers to redb and then drops them from the snapshot.
+pub(crate) struct Checkpointer {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) db: Arc<redb::Database>,
+    /// `None` for in-memory stores, which have no log.
+    pub(crate) segments: Option<Arc<Segments>>,
+}
+
+impl Checkpointer {
+    /// Checkpoints whenever one is due until the store closes, then checkpoints everything
+    /// left. Returns the store's failure, if it had one.
+    pub(crate) fn run(self) -> Result<(), StorageError> {
+        while let Some((layers, request)) = self.next_job()? {
+            let last = layers.last().expect("a job has layers").batch;
+            let result = self.apply(&layers, last);
+            let mut state = self.shared.lock();
+            match result {
+                Ok(base) => {
+                    let remaining = state
+                        .snapshot
+                        .layers
+                        .iter()
+                        .filter(|layer| layer.batch > last)
+                        .cloned()
+                        .collect();
+                    let snapshot = Arc::new(Snapshot {
+                        base: Arc::new(base),
+                        layers: remaining,
+                    });
+                    let old = std::mem::replace(&mut state.snapshot, snapshot);
+                    state.layers_bytes -= layers.iter().map(|l| l.bytes).sum::<usize>();
+                    state.served = state.served.max(request);
+                    let metrics = &self.shared.metrics;
+                    metrics
+                        .layers_bytes
+                        .store(state.layers_bytes as u64, Relaxed);
+                    metrics.checkpoints.fetch_add(1, Relaxed);
+                    drop(state);
+                    self.shared.changed.notify_all();
+                    drop(old);
+                    drop(layers);
+                    if let Some(segments) = &self.segments {
+                        // A segment that cannot be deleted now is retried after the next
+                        // checkpoint; recovery skips its records meanwhile.
+                        let _ = segments.delete_covered(last);
+                    }
+                }
+                Err(err) => {
+                    self.shared.metrics.commit_failures.fetch_add(1, Relaxed);
+                    state.failed.get_or_insert(err);
+                    drop(state);
+                    self.shared.changed.notify_all();
+                }
+            }
+        }
+        if let Some(segments) = &self.segments {
+            // Closing: every batch is in redb now, and the writer has closed its segment.
+            segments.delete_covered(u64::MAX)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until a checkpoint is due; returns the layers to apply and the forced checkpoint
+    /// request it serves, or `None` once closing with nothing left.
+    #[allow(clippy::type_complexity)]
+    fn next_job(&self) -> Result<Option<(Vec<Arc<Layer>>, u64)>, StorageError> {
+        let shared = &self.shared;
+        let mut state = shared.lock();
+        loop {
+            if let Some(err) = &state.failed {
+                if state.closing {
+                    return Err(err.clone());
+                }
+                state = shared.wait(state);
+                continue;
+            }
+            let Some(oldest) = state.snapshot.layers.first() else {
+                if state.served < state.requested {
+                    state.served = state.requested;
+                    shared.changed.notify_all();
+                }
+                if state.closing {
+                    return Ok(None);
+                }
+                state = shared.wait(state);
+                continue;
+            };
+            let age = oldest.created.elapsed();
+            let interval = shared.limits.checkpoint_interval;
+            let due = state.closing
+                || state.writer_waiting
+                || state.requested > state.served
+                || state.layers_bytes >= shared.limits.checkpoint_bytes
+                || age >= interval;
+            if due {
+                return Ok(Some((state.snapshot.layers.clone(), state.requested)));
+            }
+            state = shared
+                .changed
+                .wait_timeout(state, interval - age)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Applies `layers` (oldest first, the last one being batch `last`) to redb in one durable
+    /// transaction that also records `last` as checkpointed; returns redb's new state.
+    fn apply(&self, layers: &[Arc<Layer>], last: u64) -> Result<Base, StorageError> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(redb::Durability::Immediate)?;
+        // Saves redb's allocator state with the commit, so that a crashed file reopens
+        // without a full scan. Too costly per batch; a few times a second it is cheap.
+        txn.set_quick_repair(true);
+        for table in Table::ALL {
+            // Newest layer first, then a stable sort by key: the first entry of each key is
+            // its newest value, and redb receives the keys in order.
+            let mut entries: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
+            for layer in layers.iter().rev() {
+                let map = layer.changes.table(table);
+                entries.extend(map.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
+            }
+            if entries.is_empty() {
+                continue;
+            }
+            if layers.len() > 1 {
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                entries.dedup_by(|later, first| later.0 == first.0);
+            }
+            let mut raw = txn.open_table(table.definition())?;
+            for (key, value) in entries {
+                match value {
+                    Some(value) => drop(raw.insert(key, value)?),
+                    None => drop(raw.remove(key)?),
+                }
+            }
+        }
+        {
+            let mut state = txn.open_table(STATE)?;
+            state.insert(STATE_CHECKPOINT, last)?;
+        }
+        txn.commit()?;
+        Base::open(&self.db)
+    }
+}
