@@ -59,7 +59,8 @@
 //! So a ticket never resolves before its writes are durable: acknowledged means durable. The
 //! loop is pipelined: while the log thread syncs batch N, the writer already runs batch N+1's
 //! jobs against a view that includes N (and looks, between jobs, for N's sync to finish so
-//! that N's tickets do not wait for N+1). If N fails, N+1 fails too. Batches form by
+//! that N's tickets do not wait for N+1). If N fails, N+1 fails too. A batch that starts with a
+//! heavy background job is not pipelined: N is acknowledged before that job runs. Batches form by
 //! themselves while a sync is under way; no linger delay is added.
 //!
 //! Per-job rollback is an overlay because the batch is not a redb transaction at all any more

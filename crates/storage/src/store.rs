@@ -110,6 +110,7 @@ impl Store {
             foreground_open: true,
             deferred: None,
             yielded: false,
+            heavy_next: false,
             shared: shared.clone(),
             log: LogThread::spawn(wal)?,
             queue: receiver,

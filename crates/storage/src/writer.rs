@@ -235,6 +235,8 @@ pub(crate) struct Writer {
     pub(crate) deferred: Option<Box<dyn Job>>,
     /// Whether the queued client jobs have had their batch ahead of `deferred` yet.
     pub(crate) yielded: bool,
+    /// The next batch starts with a heavy job: finish the batch in flight before running it.
+    pub(crate) heavy_next: bool,
     pub(crate) durability: Durability,
     pub(crate) batch_max: usize,
     /// No-sync mode only: how long a logged batch may stay non-durable.
@@ -308,6 +310,13 @@ impl Writer {
                 }
                 Next::Closed => break,
             };
+            if std::mem::take(&mut self.heavy_next) {
+                // A heavy job may run for a long time; the batch in flight is acknowledged
+                // first rather than after it (this batch gives up pipelining).
+                if let Some(previous) = in_flight.take() {
+                    let _ = self.finish(previous, None, &mut volatile_since);
+                }
+            }
             let sync = self.durability == Durability::Fsync
                 || volatile_since.is_some_and(|since| since.elapsed() >= self.nosync_lag_max);
             let mut batch = self.execute(jobs, &mut in_flight, &mut volatile_since, sync);
@@ -358,12 +367,14 @@ impl Writer {
                     }
                 }
                 self.yielded = false;
+                self.heavy_next = true;
                 break self.deferred.take().expect("checked");
             }
             if let Some(job) = self.next_foreground() {
                 break job;
             }
             if let Ok(b) = self.background.try_recv() {
+                self.heavy_next = b.heavy;
                 break b.job;
             }
             if busy {
@@ -379,6 +390,7 @@ impl Writer {
             fence(SeqCst);
             if let Ok(b) = self.background.try_recv() {
                 self.sleeping.store(false, SeqCst);
+                self.heavy_next = b.heavy;
                 break b.job;
             }
             let received =

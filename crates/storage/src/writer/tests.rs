@@ -682,3 +682,28 @@ fn the_writer_waits_for_the_checkpointer_when_the_layers_are_full() {
     );
     assert!((0..writes).all(|i| visible(&store, &i.to_be_bytes())));
 }
+
+#[test]
+fn a_long_heavy_job_does_not_hold_back_the_acknowledgement_of_the_batch_before_it() {
+    // On disk, so the client job's batch really waits for a log sync while the writer moves
+    // on (the pipelined case).
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    let started = std::time::Instant::now();
+    let client = put(&store, b"client");
+    let heavy = store
+        .submit_background_heavy(|txn: &mut WriteTxn<'_>| {
+            std::thread::sleep(Duration::from_millis(400));
+            txn.put(Table::Docs, b"heavy".to_vec(), b"x".to_vec())
+        })
+        .unwrap();
+    client.wait().unwrap();
+    let client_done = started.elapsed();
+    heavy.wait().unwrap();
+    let heavy_done = started.elapsed();
+    assert!(
+        client_done + Duration::from_millis(300) < heavy_done,
+        "the client's write was acknowledged at {client_done:?}, the heavy job at {heavy_done:?}"
+    );
+    store.close().unwrap();
+}
