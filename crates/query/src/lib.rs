@@ -29,6 +29,7 @@ pub use error::{QueryError, UpdateError};
 pub use filter::{CmpOp, Expr, FieldExpr, FieldOp, Filter, InList, Test, TypeSet};
 pub use projection::Projection;
 pub use query::Query;
+pub use regex::Pattern;
 pub use sort::{Direction, KeyValue, Sort, SortKey};
 pub use update::Update;
 pub use walk::{walk, LeafArrays};

@@ -99,6 +99,12 @@ impl Pattern {
         })
     }
 
+    /// The literal every matching string starts with, for a pattern of the form
+    /// `^literal...` without flags that change what the literal means (see `anchored_prefix`).
+    pub fn literal_prefix(&self) -> Option<&[u8]> {
+        self.prefix.as_deref().filter(|p| !p.is_empty())
+    }
+
     #[inline]
     pub fn is_match(&self, s: &str) -> bool {
         if let Some(p) = &self.prefix {

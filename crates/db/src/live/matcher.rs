@@ -3,7 +3,9 @@
 //! Each view is indexed by one conjunct of its filter: an equality (`{"room": "r1"}`,
 //! `{"tag": {"$in": ["a", "b"]}}`) in a hash map from (path, value) to views, or else a range
 //! (`{"random": {"$gte": 10, "$lt": 20}}`) in an ordered map of elementary intervals per path;
-//! views with neither go to a scan list. A change is probed with both its before-image (to find
+//! views with neither, whose filter requires an anchored literal prefix
+//! (`{"name": {"$regex": "^ada"}}`), on a per-path prefix list, and the rest on a scan list. A
+//! change is probed with both its before-image (to find
 //! views it leaves) and its after-image (views it enters), so the candidates are a superset of
 //! the views whose filter matches either image (property-tested).
 //!
@@ -11,6 +13,11 @@
 //! of views whose range covers the stretch from that boundary to the next; a probe is one
 //! ordered lookup. Only one operator's range is used per view: with arrays, different elements
 //! may satisfy different operators, so intersecting them could miss a match.
+//!
+//! A prefix list is still a linear scan (every such view is tested against every write, as
+//! regex queries must be), but of a compact array of byte strings per path: the path is
+//! resolved once per image and each view costs one `starts_with`, instead of a walk through the
+//! view's own filter (several cache misses per view on long scan lists).
 
 use herald_query::{walk, CmpOp, Expr, FieldOp, Filter, LeafArrays, Test};
 use herald_value::{encode_key, FieldPath, Value};
@@ -31,6 +38,9 @@ enum Slot {
         path: String,
         start: Vec<u8>,
         end: Vec<u8>,
+    },
+    Prefix {
+        path: String,
     },
     Scan,
 }
@@ -112,12 +122,19 @@ impl Ranges {
     }
 }
 
+/// The prefix views on one path: each view's required prefix, in one contiguous array.
+struct Prefixes {
+    parsed: FieldPath,
+    entries: Vec<(Box<[u8]>, ViewId)>,
+}
+
 #[derive(Default)]
 pub struct Matcher {
     eq: HashMap<(String, Vec<u8>), HashSet<ViewId>>,
     /// Indexed paths with how many views use them.
     paths: HashMap<String, (FieldPath, usize)>,
     ranges: HashMap<String, Ranges>,
+    prefixes: HashMap<String, Prefixes>,
     /// Views no index covers, in a vector: every change of the collection is offered to each,
     /// so iterating them must be cheap.
     scan: Vec<ViewId>,
@@ -179,6 +196,22 @@ fn range_conjunct(e: &Expr) -> Option<(String, Vec<u8>, Vec<u8>)> {
     }
 }
 
+/// The first top-level conjunct of a filter that requires a string with an anchored literal
+/// prefix (`$regex: "^lit..."`, without `i`, `m` or `x` changing what the literal means): its
+/// path and the prefix.
+fn prefix_conjunct(e: &Expr) -> Option<(String, Vec<u8>)> {
+    match e {
+        Expr::And(xs) => xs.iter().find_map(prefix_conjunct),
+        Expr::Field(f) => f.ops.iter().find_map(|op| match op {
+            FieldOp::Test(Test::Regex(p)) => p
+                .literal_prefix()
+                .map(|prefix| (f.path.as_str().to_string(), prefix.to_vec())),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
 /// The first top-level equality conjunct of a filter: its path and encoded values.
 fn equality_conjunct(e: &Expr) -> Option<(String, Vec<Vec<u8>>)> {
     match e {
@@ -226,10 +259,24 @@ impl Matcher {
                     r.add(key, &start, &end);
                     Slot::Range { path, start, end }
                 }
-                None => {
-                    self.scan.push(key);
-                    Slot::Scan
-                }
+                None => match prefix_conjunct(filter.expr()) {
+                    Some((path, prefix)) => {
+                        let p = self
+                            .prefixes
+                            .entry(path.clone())
+                            .or_insert_with(|| Prefixes {
+                                parsed: FieldPath::parse(&path)
+                                    .expect("a parsed filter's path is valid"),
+                                entries: Vec::new(),
+                            });
+                        p.entries.push((prefix.into_boxed_slice(), key));
+                        Slot::Prefix { path }
+                    }
+                    None => {
+                        self.scan.push(key);
+                        Slot::Scan
+                    }
+                },
             },
         };
         self.slots.insert(key, slot);
@@ -259,6 +306,16 @@ impl Matcher {
                     r.remove(key, &start, &end);
                     if r.views == 0 {
                         self.ranges.remove(&path);
+                    }
+                }
+            }
+            Some(Slot::Prefix { path }) => {
+                if let Some(p) = self.prefixes.get_mut(&path) {
+                    if let Some(i) = p.entries.iter().position(|(_, v)| *v == key) {
+                        p.entries.swap_remove(i);
+                    }
+                    if p.entries.is_empty() {
+                        self.prefixes.remove(&path);
                     }
                 }
             }
@@ -314,6 +371,31 @@ impl Matcher {
                 r.probe(&lo, &hi, out);
             }
         }
+        let mut strings: Vec<&[u8]> = Vec::new();
+        for p in self.prefixes.values() {
+            strings.clear();
+            walk(doc, p.parsed.segments(), LeafArrays::Traverse, &mut |v| {
+                if let Some(Value::String(s)) = v {
+                    strings.push(s.as_bytes());
+                }
+                false
+            });
+            match strings.as_slice() {
+                [] => {}
+                [s] => out.extend(
+                    p.entries
+                        .iter()
+                        .filter(|(prefix, _)| s.starts_with(prefix))
+                        .map(|(_, v)| *v),
+                ),
+                many => out.extend(
+                    p.entries
+                        .iter()
+                        .filter(|(prefix, _)| many.iter().any(|s| s.starts_with(prefix)))
+                        .map(|(_, v)| *v),
+                ),
+            }
+        }
     }
 }
 
@@ -327,7 +409,7 @@ mod tests {
         prop_oneof![
             (0i64..4).prop_map(Value::from),
             Just(json!(1.0)),
-            prop::sample::select(vec!["x", "y"]).prop_map(Value::from),
+            prop::sample::select(vec!["x", "y", "xz", "yx", "Xz"]).prop_map(Value::from),
             Just(Value::Null)
         ]
     }
@@ -349,8 +431,20 @@ mod tests {
             (path.clone(), scalar(), scalar())
                 .prop_map(|(p, lo, hi)| json!({ p: {"$gte": lo, "$lt": hi} })),
             (path.clone(), scalar()).prop_map(|(p, v)| json!({ p: {"$lte": v} })),
-            (path, scalar()).prop_map(|(p, v)| json!({"$or": [{ p: v }, {"a": 2}]})),
+            (path.clone(), scalar()).prop_map(|(p, v)| json!({"$or": [{ p: v }, {"a": 2}]})),
+            (path.clone(), regex()).prop_map(|(p, (r, o))| json!({ p: {"$regex": r, "$options": o} })),
+            (path.clone(), regex(), path, scalar()).prop_map(
+                |(p, (r, o), q, w)| json!({"$and": [{ p: {"$regex": r, "$options": o} }, { q: {"$ne": w} }]})
+            ),
         ]
+    }
+
+    /// Patterns with and without a usable anchored prefix, and options that change it.
+    fn regex() -> impl Strategy<Value = (&'static str, &'static str)> {
+        (
+            prop::sample::select(vec!["^x", "^xz", "^x.*", "^y", "x", "z$", "^(x|y)"]),
+            prop::sample::select(vec!["", "i", "m"]),
+        )
     }
 
     proptest! {
@@ -375,7 +469,7 @@ mod tests {
             for i in 0..parsed.len() {
                 m.remove(i as ViewId);
             }
-            prop_assert!(m.is_empty() && m.eq.is_empty() && m.paths.is_empty() && m.scan.is_empty() && m.ranges.is_empty());
+            prop_assert!(m.is_empty() && m.eq.is_empty() && m.paths.is_empty() && m.scan.is_empty() && m.ranges.is_empty() && m.prefixes.is_empty());
         }
     }
 
@@ -395,6 +489,38 @@ mod tests {
             m.remove(i);
         }
         assert!(m.ranges.is_empty());
+    }
+
+    #[test]
+    fn anchored_regex_views_are_on_a_prefix_list_not_the_scan_list() {
+        let mut m = Matcher::default();
+        for i in 0..100u32 {
+            let f = json!({"key": {"$regex": format!("^k{i:03}x")}});
+            m.add(i, &Filter::parse(&f).unwrap());
+        }
+        // Case-insensitive and unanchored patterns have no usable prefix: scanned.
+        m.add(
+            100,
+            &Filter::parse(&json!({"key": {"$regex": "^k042", "$options": "i"}})).unwrap(),
+        );
+        m.add(
+            101,
+            &Filter::parse(&json!({"key": {"$regex": "k042"}})).unwrap(),
+        );
+        assert_eq!(m.scanned(), &[100, 101]);
+        let mut c = HashSet::new();
+        m.probe(&json!({"key": "k042x-7"}), &mut c);
+        assert_eq!(c, HashSet::from([42]));
+        c.clear();
+        m.probe(&json!({"key": ["zzz", "k007x"]}), &mut c);
+        assert_eq!(c, HashSet::from([7]));
+        c.clear();
+        m.probe(&json!({"key": 42}), &mut c);
+        assert!(c.is_empty());
+        for i in 0..102 {
+            m.remove(i);
+        }
+        assert!(m.prefixes.is_empty() && m.scan.is_empty() && m.is_empty());
     }
 
     #[test]
