@@ -37,6 +37,12 @@ enum WorkloadArg {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum WriterArg {
+    Put,
+    Stream,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum SeriesArg {
     /// Active queries at 1,000 writes/s.
     Queries,
@@ -72,6 +78,11 @@ enum BenchCommand {
         /// Durability of the server the benchmark starts.
         #[arg(long, value_enum, default_value = "fsync")]
         durability: DurabilityArg,
+        /// How writes are sent: `put` (one HTTP PUT per document, up to 64 in flight) or
+        /// `stream` (one streamed NDJSON `POST /v1/bulk`, a line per document, each its own
+        /// transaction).
+        #[arg(long, value_enum, default_value = "put")]
+        writer: WriterArg,
         /// Search each workload's capacity instead of explicit runs: the most active queries
         /// at 1,000 writes/s and the most writes/s with 1,000 queries, with p99 <= 30 ms, the
         /// write rate held within 5% and every notification delivered; then a run at 80%.
@@ -242,6 +253,7 @@ fn main() {
             rates,
             secs,
             durability,
+            writer,
             search,
             series,
             max_queries,
@@ -252,7 +264,9 @@ fn main() {
             final_secs,
             out,
         }) => {
-            use herald::bench_live::{LiveBenchOptions, SearchOptions, Series, Workload};
+            use herald::bench_live::{
+                LiveBenchOptions, SearchOptions, Series, Workload, WritePath,
+            };
             let opts = LiveBenchOptions {
                 workloads: workload
                     .iter()
@@ -265,6 +279,10 @@ fn main() {
                 rates,
                 secs,
                 durability: durability_of(durability),
+                writer: match writer {
+                    WriterArg::Put => WritePath::Put,
+                    WriterArg::Stream => WritePath::Stream,
+                },
                 search: search.then(|| SearchOptions {
                     series: series
                         .iter()

@@ -81,6 +81,25 @@ fn word(rng: &mut impl Rng) -> String {
         .collect()
 }
 
+/// How the benchmark's writer sends documents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WritePath {
+    /// One HTTP `PUT /v1/docs/...` per document, up to 64 in flight (a fleet of clients).
+    Put,
+    /// One streamed `POST /v1/bulk` (NDJSON), one line per document, sent at its time; each
+    /// line is its own transaction (one producer on one connection).
+    Stream,
+}
+
+impl WritePath {
+    pub fn name(self) -> &'static str {
+        match self {
+            WritePath::Put => "put",
+            WritePath::Stream => "stream",
+        }
+    }
+}
+
 pub fn durability_name(d: Durability) -> &'static str {
     match d {
         Durability::Fsync => "fsync",
@@ -99,6 +118,8 @@ pub struct LiveBenchOptions {
     pub secs: u64,
     /// Durability of the server the benchmark starts.
     pub durability: Durability,
+    /// How writes are sent.
+    pub writer: WritePath,
     /// Capacity search instead of explicit runs.
     pub search: Option<SearchOptions>,
     /// JSON output; `None`: `target/bench-results/live.json` (explicit) or
@@ -130,7 +151,11 @@ pub async fn run(opts: LiveBenchOptions) -> Result<(), String> {
 
 /// One run per (workload, queries, writes/s), printed as it completes.
 async fn explicit(opts: &LiveBenchOptions) -> Result<Value, String> {
-    println!("server durability: {}", durability_name(opts.durability));
+    println!(
+        "server durability: {}; writes: {}",
+        durability_name(opts.durability),
+        opts.writer.name()
+    );
     probe::print_header();
     let mut runs = Vec::new();
     for &workload in &opts.workloads {
@@ -143,6 +168,7 @@ async fn explicit(opts: &LiveBenchOptions) -> Result<Value, String> {
                     rate,
                     secs: opts.secs,
                     durability: opts.durability,
+                    writer: opts.writer,
                 })
                 .await?;
                 p.print_row(workload.name());
@@ -152,6 +178,6 @@ async fn explicit(opts: &LiveBenchOptions) -> Result<Value, String> {
     }
     Ok(json!({
         "benchmark": "live", "mode": "explicit",
-        "durability": durability_name(opts.durability), "runs": runs,
+        "durability": durability_name(opts.durability), "writer": opts.writer.name(), "runs": runs,
     }))
 }

@@ -6,7 +6,7 @@
 //! and notified.
 
 use super::server::{self, CpuUse, ServerProc};
-use super::{document, durability_name, Durability, Workload};
+use super::{document, durability_name, Durability, Workload, WritePath};
 use futures_util::{SinkExt, StreamExt};
 use hdrhistogram::Histogram;
 use rand::SeedableRng;
@@ -37,6 +37,7 @@ pub struct ProbeConfig {
     pub rate: u64,
     pub secs: u64,
     pub durability: Durability,
+    pub writer: WritePath,
 }
 
 pub struct Probe {
@@ -265,6 +266,9 @@ async fn write(
     addr: std::net::SocketAddr,
     sent_at: &SentAt,
 ) -> Result<(u64, u64, f64), String> {
+    if cfg.writer == WritePath::Stream {
+        return write_stream(cfg, addr, sent_at).await;
+    }
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(IN_FLIGHT_MAX)
         .build()
@@ -317,6 +321,70 @@ async fn write(
         errors.load(Ordering::Relaxed),
         secs,
     ))
+}
+
+/// Lines the streaming writer may have queued ahead of the connection.
+const STREAM_QUEUE_MAX: usize = 1024;
+
+/// Like [`write`], over one streamed `POST /v1/bulk`: each document is one NDJSON line, sent at
+/// its time (the latency clock starts as it is queued for the socket), each its own
+/// transaction on the server.
+async fn write_stream(
+    cfg: &ProbeConfig,
+    addr: std::net::SocketAddr,
+    sent_at: &SentAt,
+) -> Result<(u64, u64, f64), String> {
+    let (tx, mut rx) =
+        tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(STREAM_QUEUE_MAX);
+    let body =
+        reqwest::Body::wrap_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    let client = reqwest::Client::new();
+    let request = tokio::spawn(
+        client
+            .post(format!("http://{addr}/v1/bulk"))
+            .header("content-type", "application/x-ndjson")
+            .body(body)
+            .send(),
+    );
+    let total = cfg.rate * cfg.secs;
+    let start = Instant::now();
+    let mut k = 0u64;
+    while k < total {
+        let due = ((start.elapsed().as_secs_f64() * cfg.rate as f64) as u64 + 1).min(total);
+        while k < due {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(k);
+            let doc = document(&mut rng, cfg.queries);
+            let mut line = serde_json::to_vec(
+                &json!({"op": "put", "collection": "bench", "id": format!("w{k}"), "doc": doc}),
+            )
+            .map_err(|e| e.to_string())?;
+            line.push(b'\n');
+            sent_at.lock().expect("lock").insert(k, Instant::now());
+            if tx.send(Ok(line)).await.is_err() {
+                return Err("the bulk request ended early".into());
+            }
+            k += 1;
+        }
+        if k < total {
+            let next = start + Duration::from_secs_f64(k as f64 / cfg.rate as f64);
+            tokio::time::sleep_until(next.into()).await;
+        }
+    }
+    drop(tx);
+    let response = request
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("bulk request: {e}"))?;
+    let secs = start.elapsed().as_secs_f64();
+    let tally: Value = response
+        .json()
+        .await
+        .map_err(|e| format!("bulk response: {e}"))?;
+    let applied = tally["applied"]
+        .as_u64()
+        .ok_or(format!("bulk response: {tally}"))?;
+    let failed = tally["failed"].as_u64().unwrap_or(0);
+    Ok((applied, failed, secs))
 }
 
 pub async fn run(cfg: ProbeConfig) -> Result<Probe, String> {

@@ -44,6 +44,7 @@ impl Series {
             rate,
             secs,
             durability: opts.durability,
+            writer: opts.writer,
         }
     }
 
