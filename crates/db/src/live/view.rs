@@ -116,6 +116,80 @@ impl LiveView {
                 .is_some_and(|(last, _)| self.query.sort.encoded_key(doc) < *last)
     }
 
+    /// [`apply`](LiveView::apply) for a view that holds the whole result and shows all of it
+    /// (no `limit`, no `skip`): each change becomes its event directly, from the document's rank
+    /// before and after it, so the cost does not include copying the result (it did, through
+    /// [`diff_windows`], which made large unlimited views slow). Only written documents get
+    /// events; untouched ones keep their relative order, so their moves are implied.
+    fn apply_in_place(&mut self, changes: &[DocChange<'_>]) -> Vec<ChangeEvent> {
+        use crate::live::diff::EventKind;
+        let mut events = Vec::new();
+        for (id, _before, after) in changes {
+            let old = self.keys.remove(*id).and_then(|k| {
+                let rank = self
+                    .items
+                    .range::<[u8], _>((
+                        std::ops::Bound::Unbounded,
+                        std::ops::Bound::Excluded(k.as_slice()),
+                    ))
+                    .count();
+                self.items.remove(&k).map(|doc| (rank, doc))
+            });
+            let new = match after {
+                Some(a) if self.query.filter.matches(a) => {
+                    let key = self.query.sort.encoded_key(a);
+                    let rank = self
+                        .items
+                        .range::<[u8], _>((
+                            std::ops::Bound::Unbounded,
+                            std::ops::Bound::Excluded(key.as_slice()),
+                        ))
+                        .count();
+                    self.keys.insert(id.to_string(), key.clone());
+                    self.items.insert(key, (*a).clone());
+                    Some((rank, *a))
+                }
+                _ => None,
+            };
+            let event = |kind, doc, old_index: usize, new_index: usize| ChangeEvent {
+                kind,
+                id: id.to_string(),
+                doc,
+                old_index: old_index as i64,
+                new_index: new_index as i64,
+            };
+            match (old, new) {
+                (None, None) => {}
+                (Some((i, _)), None) => events.push(ChangeEvent {
+                    new_index: -1,
+                    ..event(EventKind::Remove, None, i, 0)
+                }),
+                (None, Some((j, a))) => events.push(ChangeEvent {
+                    old_index: -1,
+                    ..event(EventKind::Add, Some(self.shown(a)), 0, j)
+                }),
+                (Some((i, before)), Some((j, a))) => {
+                    let shown = self.shown(a);
+                    if i != j {
+                        events.push(event(EventKind::ChangeIndex, Some(shown), i, j));
+                    } else if self.shown(&before) != shown {
+                        events.push(event(EventKind::Change, Some(shown), i, j));
+                    }
+                }
+            }
+        }
+        events
+    }
+
+    /// A document as subscribers see it (projected).
+    fn shown(&self, d: &Value) -> Value {
+        if self.query.projection.is_all() {
+            d.clone()
+        } else {
+            self.query.projection.apply(d)
+        }
+    }
+
     /// The visible window, projected: what a subscriber's list holds.
     pub fn window(&self) -> Vec<(String, Value)> {
         let take = self.query.limit.unwrap_or(usize::MAX);
@@ -129,12 +203,7 @@ impl LiveView {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_string();
-                let shown = if self.query.projection.is_all() {
-                    d.clone()
-                } else {
-                    self.query.projection.apply(d)
-                };
-                (id, shown)
+                (id, self.shown(d))
             })
             .collect()
     }
@@ -165,6 +234,11 @@ impl LiveView {
         if !self.touched_by(changes) {
             self.seq = seq;
             return Ok(Vec::new());
+        }
+        if self.query.limit.is_none() && self.query.skip == 0 {
+            let events = self.apply_in_place(changes);
+            self.seq = seq;
+            return Ok(events);
         }
         let old = self.window();
         for (id, _before, after) in changes {
