@@ -159,6 +159,10 @@ enum BenchCommand {
         preload_tweets: u64,
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Durability of the Herald server: `fsync` (default) or `nosync` (acknowledged once in
+        /// the log file, synced within a second, like Redis's `appendfsync everysec`).
+        #[arg(long, value_enum, default_value = "fsync")]
+        durability: DurabilityArg,
         #[arg(long, default_value = "target/bench-results/fanout.json")]
         out: PathBuf,
     },
@@ -315,6 +319,7 @@ fn main() {
             drain_timeout_secs,
             preload_tweets,
             seed,
+            durability,
             out,
         }) => {
             use herald::bench_fanout::{load::Mode, FanoutOptions};
@@ -339,6 +344,10 @@ fn main() {
                     drain_timeout: Duration::from_secs(drain_timeout_secs),
                     preload_tweets,
                     seed,
+                    durability: match durability {
+                        DurabilityArg::Fsync => "fsync",
+                        DurabilityArg::Nosync => "nosync",
+                    },
                     out,
                 })
                 .await

@@ -3,7 +3,8 @@
 //! queues), as in the evaluation of "integrated queues for asynchronous triggers", on one
 //! machine.
 //!
-//! Per mode: a fresh `herald serve` child on a temporary directory (fsync group commit), the
+//! Per mode: a fresh `herald serve` child on a temporary directory (fsync group commit by
+//! default; `--durability nosync` to compare with Redis's `appendfsync everysec`), the
 //! power-law follow graph bulk-loaded, then three phases, each followed by a full drain (every
 //! acknowledged tweet's marker received):
 //!
@@ -53,6 +54,10 @@ pub struct FanoutOptions {
     /// Earlier tweets whose timeline entries are bulk-loaded before the phases.
     pub preload_tweets: u64,
     pub seed: u64,
+    /// Herald's durability: `fsync` (acknowledged = fsynced) or `nosync` (acknowledged once in
+    /// the log file, synced within a second: what Redis's `appendfsync everysec` and
+    /// Cassandra's periodic commit-log sync promise).
+    pub durability: &'static str,
     pub out: std::path::PathBuf,
 }
 
@@ -81,7 +86,10 @@ async fn run_mode(
     tick: f64,
 ) -> Result<ModeResult, String> {
     let m = mode.name();
-    eprintln!("herald bench fanout: {m}: starting (load graph, processes)");
+    eprintln!(
+        "herald bench fanout: {m}: starting (load graph, processes; herald durability {})",
+        opts.durability
+    );
     let mut rig = Rig::start(mode, opts, graph).await?;
 
     eprintln!(
@@ -288,7 +296,7 @@ async fn run_all(opts: FanoutOptions) -> Result<(), String> {
         "benchmark": "fanout",
         "options": {"modes": opts.modes.iter().map(|m| m.name()).collect::<Vec<_>>(), "users": opts.users,
                     "followersMax": opts.followers_max, "clients": opts.clients, "secs": opts.secs,
-                    "burstSecs": opts.burst_secs, "workers": opts.workers, "rate": opts.rate, "seed": opts.seed,
+                    "burstSecs": opts.burst_secs, "workers": opts.workers, "rate": opts.rate, "seed": opts.seed, "durability": opts.durability,
                     "preloadTweets": opts.preload_tweets},
         "graph": {"posters": graph.users, "accounts": graph.accounts, "edges": graph.edges(), "meanFanout": graph.mean_fanout()},
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),

@@ -87,12 +87,24 @@ fn herald_exe() -> Result<std::path::PathBuf, String> {
     }
 }
 
-/// Starts `herald serve` (durable default: fsync group commit) on `data` and a free loopback
-/// port; returns it with its address once it listens. Its later stderr lines are forwarded.
-pub fn spawn_herald(data: &Path, trigger_workers: usize) -> Result<(Proc, String), String> {
+/// Starts `herald serve` with `durability` (`fsync`, the default, or `nosync`) on `data` and a
+/// free loopback port; returns it with its address once it listens. Its later stderr lines are
+/// forwarded.
+pub fn spawn_herald(
+    data: &Path,
+    trigger_workers: usize,
+    durability: &str,
+) -> Result<(Proc, String), String> {
     let exe = herald_exe()?;
     let mut child = Command::new(exe)
-        .args(["serve", "--listen", "127.0.0.1:0", "--trigger-workers"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--durability",
+            durability,
+        ])
+        .arg("--trigger-workers")
         .arg(trigger_workers.to_string())
         .arg("--data")
         .arg(data)
