@@ -1,5 +1,7 @@
 //! Measures durable insert throughput of the database layer alone (no HTTP): `threads` writers
 //! commit ~1 KB documents for a few seconds. `cargo run --release -p herald-db --example insert_load`.
+//! Environment: `NOSYNC`, `EXEMPT_TEXT`, `EXEMPT_ALL`, `CHECKPOINT_MS` and `CHECKPOINT_MIB` (the
+//! storage's checkpoint triggers).
 
 use herald_db::{Db, DbOptions, Write};
 use serde_json::json;
@@ -15,6 +17,18 @@ fn main() {
         .unwrap_or(64);
     let dir = tempfile::tempdir().unwrap();
     let mut opts = DbOptions::default();
+    if let Some(ms) = std::env::var("CHECKPOINT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        opts.store.checkpoint_interval_ms = ms;
+    }
+    if let Some(mib) = std::env::var("CHECKPOINT_MIB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        opts.store.checkpoint_bytes = mib << 20;
+    }
     if std::env::var("NOSYNC").is_ok() {
         opts.durability = herald_db::Durability::NoSync;
     }
