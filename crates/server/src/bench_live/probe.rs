@@ -119,6 +119,7 @@ impl Probe {
             "workload": self.config.workload.name(), "queries": self.config.queries,
             "target_writes_per_sec": self.config.rate, "seconds": self.config.secs,
             "durability": durability_name(self.config.durability),
+            "writer": self.config.writer.name(),
             "achieved_writes_per_sec": self.achieved, "write_errors": self.write_errors,
             "expected": self.expected, "delivered": self.delivered,
             "subscribe_seconds": self.subscribe_secs,

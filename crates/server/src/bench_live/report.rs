@@ -133,8 +133,9 @@ impl Outcome {
                 describe(self.series)
             ),
             subtitle: format!(
-                "herald bench live --search; server durability {}; one fresh server per run; 2 cores",
-                durability_name(self.durability)
+                "herald bench live --search; server durability {}; writes: {}; one fresh server per run; 2 cores",
+                durability_name(self.durability),
+                self.probes.first().map_or("put", |p| p.config.writer.name())
             ),
             x_label: describe(self.series),
             y_label: "notification latency (ms)".into(),
