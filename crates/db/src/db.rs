@@ -12,7 +12,8 @@ use crate::layout::{
 use crate::names::{check_collection, check_segment};
 use crate::planner::plan;
 use crate::write::{
-    apply, prepare, ApplyCtx, CommitOutcome, Write, WriteSettings, COMMIT_WRITES_MAX,
+    apply, effects, prepare, ApplyCtx, CommitOutcome, Write, WriteGuard, WriteSettings,
+    COMMIT_WRITES_MAX,
 };
 use herald_query::{Direction, Query};
 use herald_storage::{Durability, Store, StoreOptions, Table, Ticket, WriteTxn};
@@ -217,10 +218,32 @@ impl Db {
         self.enqueue(writes, false)
     }
 
+    /// Like [`try_submit`](Db::try_submit), with `guard` checking the transaction's effect
+    /// inside its storage job, after every write was computed against the exact stored state and
+    /// before anything commits: an error from the guard fails the whole transaction (nothing
+    /// applied, no seq consumed). The server's security rules use this, so a rule decides on the
+    /// very before-image the write replaces.
+    pub fn try_submit_guarded(
+        &self,
+        writes: Vec<Write>,
+        guard: WriteGuard,
+    ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
+        self.enqueue_guarded(writes, false, Some(guard))
+    }
+
     fn enqueue(
+        &self,
+        writes: Vec<Write>,
+        block: bool,
+    ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
+        self.enqueue_guarded(writes, block, None)
+    }
+
+    fn enqueue_guarded(
         &self,
         mut writes: Vec<Write>,
         block: bool,
+        guard: Option<WriteGuard>,
     ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
         prepare(&mut writes, &self.inner.settings.limits, COMMIT_WRITES_MAX)?;
         let inner = Arc::clone(&self.inner);
@@ -233,6 +256,9 @@ impl Db {
                 now_ms: now_ms(),
             };
             let outcome = apply(txn, &writes, &ctx)?;
+            if let Some(guard) = &guard {
+                guard(&effects(&outcome))?;
+            }
             // Hooks run in commit order on the writer thread, so the feed sees seqs in order.
             txn.on_commit(publish_hook(&inner, &outcome));
             Ok(outcome)

@@ -54,6 +54,13 @@ pub enum DbError {
     Storage(#[from] StorageError),
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+    /// A caller's [`WriteGuard`](crate::WriteGuard) refused write `index`; nothing was applied.
+    #[error("{message}")]
+    Rejected {
+        code: &'static str,
+        message: String,
+        index: usize,
+    },
 }
 
 impl DbError {
@@ -81,6 +88,7 @@ impl DbError {
             DbError::TaskConflict { .. } => "task_conflict",
             DbError::Storage(e) => e.code(),
             DbError::Corrupt(_) => "corrupt",
+            DbError::Rejected { code, .. } => code,
         }
     }
 }

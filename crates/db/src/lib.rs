@@ -19,6 +19,7 @@ mod layout;
 pub mod live;
 mod names;
 mod planner;
+mod system;
 pub mod triggers;
 mod write;
 
@@ -32,4 +33,6 @@ pub use names::{
     check_collection, check_segment, generate_id, split_document_path, COLLECTION_PATH_BYTES_MAX,
     SEGMENT_BYTES_MAX,
 };
-pub use write::{Change, ChangeOp, CommitOutcome, Write, WriteResult, COMMIT_WRITES_MAX};
+pub use write::{
+    Change, ChangeOp, CommitOutcome, Write, WriteEffect, WriteGuard, WriteResult, COMMIT_WRITES_MAX,
+};

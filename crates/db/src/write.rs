@@ -108,6 +108,44 @@ pub struct CommitOutcome {
     pub tasks: Vec<u64>,
 }
 
+/// What one write of a transaction did, for a [`WriteGuard`]: the document before and after
+/// it (`None`: absent), as computed inside the storage job.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteEffect<'a> {
+    /// The write's position in the transaction.
+    pub index: usize,
+    pub collection: &'a str,
+    pub id: &'a str,
+    pub before: Option<&'a Value>,
+    pub after: Option<&'a Value>,
+}
+
+/// Checks a transaction's effects (one per write, in order) before it commits; an error fails
+/// the whole transaction. Runs on the storage writer thread, so it must be quick and not block.
+pub type WriteGuard =
+    std::sync::Arc<dyn Fn(&[WriteEffect<'_>]) -> Result<(), DbError> + Send + Sync>;
+
+/// The effects of an applied transaction, one per write: a write that changed nothing (a
+/// delete of a missing document) has neither image.
+pub(crate) fn effects(outcome: &CommitOutcome) -> Vec<WriteEffect<'_>> {
+    let mut changes = outcome.changes.iter();
+    outcome
+        .results
+        .iter()
+        .enumerate()
+        .map(|(index, r)| {
+            let change = r.op.and_then(|_| changes.next());
+            WriteEffect {
+                index,
+                collection: &r.collection,
+                id: &r.id,
+                before: change.and_then(|c| c.before.as_ref()),
+                after: change.and_then(|c| c.after.as_ref()),
+            }
+        })
+        .collect()
+}
+
 /// Settings the job needs.
 #[derive(Debug, Clone)]
 pub struct WriteSettings {

@@ -446,3 +446,83 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_write_guard_sees_each_write_and_its_refusal_applies_nothing() {
+    use herald_db::{DbError, WriteGuard};
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    db.commit(vec![Write::Put {
+        collection: "c".into(),
+        id: "a".into(),
+        doc: json!({"n": 1}),
+        if_version: None,
+    }])
+    .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let guard: WriteGuard = Arc::new(move |effects| {
+        for e in effects {
+            log.lock().unwrap().push((
+                e.index,
+                e.id.to_string(),
+                e.before.cloned(),
+                e.after.cloned(),
+            ));
+        }
+        if effects
+            .iter()
+            .any(|e| e.after.is_some_and(|d| d["n"] == 99))
+        {
+            return Err(DbError::Rejected {
+                code: "permission_denied",
+                message: "no".into(),
+                index: 1,
+            });
+        }
+        Ok(())
+    });
+    let writes = vec![
+        Write::Delete {
+            collection: "c".into(),
+            id: "missing".into(),
+            if_version: None,
+        },
+        Write::Put {
+            collection: "c".into(),
+            id: "a".into(),
+            doc: json!({"n": 99}),
+            if_version: None,
+        },
+    ];
+    let seq = db.seq();
+    let err = db
+        .try_submit_guarded(writes, guard.clone())
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    assert_eq!(DbError::from(err).code(), "permission_denied");
+    assert_eq!(db.seq(), seq, "a refused transaction takes no seq");
+    assert_eq!(db.get("c", "a").unwrap().unwrap().doc["n"], json!(1));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen[0], (0, "missing".into(), None, None));
+    assert_eq!(
+        seen[1],
+        (
+            1,
+            "a".into(),
+            Some(json!({"_id": "a", "n": 1})),
+            Some(json!({"_id": "a", "n": 99}))
+        )
+    );
+    // Allowed: applies normally.
+    let ok = vec![Write::Put {
+        collection: "c".into(),
+        id: "a".into(),
+        doc: json!({"n": 2}),
+        if_version: None,
+    }];
+    db.try_submit_guarded(ok, guard).unwrap().wait().unwrap();
+    assert_eq!(db.get("c", "a").unwrap().unwrap().doc["n"], json!(2));
+}
