@@ -15,6 +15,13 @@ pub const ERROR_CODES: &[(&str, u16, &str)] = &[
     ("body_too_large", 413, "the request body is over the endpoint's limit"),
     ("route_not_found", 404, "no such endpoint"),
     ("method_not_allowed", 405, "the endpoint does not accept this method"),
+    // Authentication and rules
+    ("unauthenticated", 401, "missing, malformed, forged, expired or revoked credentials"),
+    ("token_expired", 401, "the live connection's token expired without renewal; its subscriptions ended"),
+    ("permission_denied", 403, "the credentials or the security rules do not allow this request"),
+    ("bad_rules", 400, "the rule set does not validate; nothing changed"),
+    ("key_not_found", 404, "no API key with this id"),
+    ("rate_limited", 429, "too many messages on this connection; slow down"),
     // Paths and documents
     ("bad_path", 400, "bad collection path or document id (empty or '.'/'..' segments, control characters, '__' prefix, too long)"),
     ("not_found", 404, "the document does not exist"),

@@ -130,6 +130,7 @@ impl BenchServer {
             data: dir.path().to_path_buf(),
             listen: "127.0.0.1:0".parse().expect("addr"),
             triggers: Default::default(),
+            auth: Default::default(),
             db: DbOptions::default(),
         };
         let task = tokio::spawn(crate::serve(

@@ -6,6 +6,7 @@
 //! closes the file.
 
 pub mod api;
+pub mod auth;
 pub mod bench;
 pub mod bench_fanout;
 pub mod bench_live;
@@ -24,6 +25,8 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     pub db: DbOptions,
     pub triggers: triggers::TriggerOptions,
+    /// Keys, tokens, rules; all `None`: no authentication (loopback only).
+    pub auth: auth::AuthOptions,
 }
 
 /// Opens the database, binds, and serves until `shutdown` completes. Calls `on_bound` with the
@@ -39,11 +42,15 @@ pub async fn serve(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("cannot open the database in {}: {e}", config.data.display()))?;
+    let (db2, auth_opts) = (db.clone(), config.auth.clone());
+    let auth = tokio::task::spawn_blocking(move || auth::Auth::load(&db2, auth_opts))
+        .await
+        .map_err(|e| e.to_string())??;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     on_bound(listener.local_addr().map_err(|e| e.to_string())?);
-    let state = AppState::new(db.clone());
+    let state = AppState::new(db.clone(), auth);
     let live = state.live.clone();
     let mut trigger_service = triggers::TriggerService::start(db.clone(), config.triggers.clone());
     let app = api::router(state);

@@ -195,8 +195,58 @@ enum BenchCommand {
     },
 }
 
+/// Where and how the key commands reach a server.
+#[derive(clap::Args)]
+struct AdminConn {
+    /// The server's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:7070")]
+    url: String,
+    /// File holding an admin key.
+    #[arg(long)]
+    admin_key_file: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Create an API key; prints it (shown only this once) as JSON.
+    Create {
+        /// `admin` (everything) or `service` (reads and writes bypassing the rules).
+        #[arg(long, default_value = "service")]
+        role: String,
+        /// A label for the key.
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        conn: AdminConn,
+    },
+    /// List the API keys (without secrets).
+    List {
+        #[command(flatten)]
+        conn: AdminConn,
+    },
+    /// Revoke an API key by id; it fails from the next request on.
+    Revoke {
+        id: String,
+        #[command(flatten)]
+        conn: AdminConn,
+    },
+}
+
+#[derive(Subcommand)]
+enum RulesCommand {
+    /// Run a rules test file (requests with expected allow/deny); prints a table and exits 1 on
+    /// any mismatch (format: docs/security.md).
+    Test { file: PathBuf },
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Manage API keys on a running server.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Security rules tools.
+    #[command(subcommand)]
+    Rules(RulesCommand),
     /// Run a benchmark (prints a table, writes JSON).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -208,10 +258,27 @@ enum Command {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:7070")]
         listen: SocketAddr,
-        /// Allow listening on a non-loopback address. Herald has no authentication yet, so
-        /// anyone who can reach the port can read and write everything.
+        /// Allow listening on a non-loopback address without authentication, so anyone who can
+        /// reach the port can read and write everything. Not needed with authentication.
         #[arg(long)]
         insecure_public: bool,
+        /// File holding the bootstrap admin key (turns authentication on).
+        #[arg(long)]
+        admin_key_file: Option<PathBuf>,
+        /// File holding the HS256 secret end-user tokens are signed with (at least 32 bytes).
+        #[arg(long)]
+        jwt_secret_file: Option<PathBuf>,
+        /// PEM file of public keys (Ed25519 for EdDSA, P-256 for ES256) that verify end-user
+        /// tokens.
+        #[arg(long)]
+        jwt_public_keys: Option<PathBuf>,
+        /// Security rules to install at start (replacing the stored ones).
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// Origins browsers may open WebSockets and event streams from (comma-separated,
+        /// e.g. https://app.example.com); default: any.
+        #[arg(long, value_delimiter = ',')]
+        allowed_origins: Option<Vec<String>>,
         /// When a write is acknowledged.
         #[arg(long, value_enum, default_value = "fsync")]
         durability: DurabilityArg,
@@ -236,14 +303,97 @@ enum Command {
     },
 }
 
+fn read_file(what: &str, path: &PathBuf) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("cannot read {what} {}: {e}", path.display()))
+}
+
+/// A secret file's contents without surrounding whitespace (a trailing newline is common).
+fn read_secret(what: &str, path: &PathBuf) -> Result<Vec<u8>, String> {
+    let bytes = read_file(what, path)?;
+    let text = String::from_utf8(bytes).map_err(|_| format!("{what} {} is not UTF-8", path.display()))?;
+    Ok(text.trim().as_bytes().to_vec())
+}
+
+fn auth_options(
+    admin_key_file: Option<PathBuf>,
+    jwt_secret_file: Option<PathBuf>,
+    jwt_public_keys: Option<PathBuf>,
+    rules: Option<PathBuf>,
+    allowed_origins: Option<Vec<String>>,
+) -> Result<herald::auth::AuthOptions, String> {
+    let admin_key = match admin_key_file {
+        Some(p) => Some(String::from_utf8(read_secret("the admin key file", &p)?).expect("checked UTF-8")),
+        None => None,
+    };
+    let rules = match rules {
+        Some(p) => Some(
+            herald_rules::Rules::parse_text(&read_file("the rules file", &p)?)
+                .map_err(|e| format!("{}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    Ok(herald::auth::AuthOptions {
+        admin_key,
+        jwt_secret: jwt_secret_file.map(|p| read_secret("the JWT secret file", &p)).transpose()?,
+        jwt_public_keys: jwt_public_keys.map(|p| read_file("the public keys file", &p)).transpose()?,
+        rules,
+        allowed_origins,
+    })
+}
+
+/// `herald keys ...`: calls the key endpoints with an admin key and prints the JSON answer.
+async fn keys_command(cmd: KeysCommand) -> Result<(), String> {
+    let (conn, method, path, body) = match cmd {
+        KeysCommand::Create { role, name, conn } => (
+            conn,
+            reqwest::Method::POST,
+            "/v1/keys".to_string(),
+            Some(serde_json::json!({"role": role, "name": name})),
+        ),
+        KeysCommand::List { conn } => (conn, reqwest::Method::GET, "/v1/keys".to_string(), None),
+        KeysCommand::Revoke { id, conn } => (
+            conn,
+            reqwest::Method::DELETE,
+            format!("/v1/keys/{id}"),
+            None,
+        ),
+    };
+    let key = String::from_utf8(read_secret("the admin key file", &conn.admin_key_file)?)
+        .expect("checked UTF-8");
+    let url = format!("{}{path}", conn.url.trim_end_matches('/'));
+    let mut req = reqwest::Client::new()
+        .request(method, &url)
+        .bearer_auth(key);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.map_err(|e| format!("{url}: {e}"))?;
+    let status = resp.status();
+    let text = resp.text().await.map_err(|e| format!("{url}: {e}"))?;
+    if !status.is_success() {
+        return Err(format!("{url}: {status}: {text}"));
+    }
+    let pretty = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or(text);
+    println!("{pretty}");
+    Ok(())
+}
+
 /// Runs a benchmark on a fresh runtime; exits 1 with the error if it fails.
 fn run_bench(bench: impl std::future::Future<Output = Result<(), String>>) {
+    run_async("herald bench", bench)
+}
+
+/// Runs `fut` on a fresh runtime; exits 1 with the error (after `label`) if it fails.
+fn run_async(label: &str, fut: impl std::future::Future<Output = Result<(), String>>) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
-    if let Err(e) = runtime.block_on(bench) {
-        eprintln!("herald bench: {e}");
+    if let Err(e) = runtime.block_on(fut) {
+        eprintln!("{label}: {e}");
         std::process::exit(1);
     }
 }
@@ -384,10 +534,30 @@ fn main() {
             };
             run_bench(herald::bench::run(opts));
         }
+        Command::Keys(cmd) => run_async("herald keys", keys_command(cmd)),
+        Command::Rules(RulesCommand::Test { file }) => {
+            match herald_rules::testfile::run_file(&file) {
+                Ok(results) => {
+                    print!("{}", herald_rules::testfile::table(&results));
+                    if results.iter().any(|r| !r.passed()) {
+                        std::process::exit(1);
+                    }
+                }
+                Err(e) => {
+                    eprintln!("herald rules test: {e}");
+                    std::process::exit(2);
+                }
+            }
+        }
         Command::Serve {
             data,
             listen,
             insecure_public,
+            admin_key_file,
+            jwt_secret_file,
+            jwt_public_keys,
+            rules,
+            allowed_origins,
             durability,
             log_retention_count,
             log_retention_secs,
@@ -396,10 +566,24 @@ fn main() {
             trigger_memory_mib,
             webhook_timeout_ms,
         } => {
-            if !listen.ip().is_loopback() && !insecure_public {
+            let auth = match auth_options(
+                admin_key_file,
+                jwt_secret_file,
+                jwt_public_keys,
+                rules,
+                allowed_origins,
+            ) {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!("herald: {e}");
+                    std::process::exit(2);
+                }
+            };
+            if !listen.ip().is_loopback() && !insecure_public && !auth.enabled() {
                 eprintln!(
-                    "herald: refusing to listen on {listen}: Herald has no authentication yet, so anyone who can \
-                     reach a public address could read and write all data. Listen on 127.0.0.1, or pass \
+                    "herald: refusing to listen on {listen} without authentication: anyone who can \
+                     reach a public address could read and write all data. Configure --admin-key-file \
+                     and/or --jwt-secret-file (docs/security.md), listen on 127.0.0.1, or pass \
                      --insecure-public if the network is private and you accept that."
                 );
                 std::process::exit(2);
@@ -423,6 +607,7 @@ fn main() {
                     webhook_timeout: Duration::from_millis(webhook_timeout_ms),
                     ..Default::default()
                 },
+                auth,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -1,5 +1,6 @@
 //! State shared by every request handler.
 
+use crate::auth::Auth;
 use herald_db::live::LiveEngine;
 use herald_db::Db;
 use std::sync::atomic::AtomicU64;
@@ -11,15 +12,18 @@ pub struct AppState {
     pub live: LiveEngine,
     /// Source of connection ids for live-query sinks.
     pub next_conn: Arc<AtomicU64>,
+    /// Credentials and rules.
+    pub auth: Arc<Auth>,
 }
 
 impl AppState {
-    pub fn new(db: Db) -> AppState {
+    pub fn new(db: Db, auth: Auth) -> AppState {
         let live = LiveEngine::start(db.clone());
         AppState {
             db,
             live,
             next_conn: Arc::new(AtomicU64::new(1)),
+            auth: Arc::new(auth),
         }
     }
 

@@ -99,7 +99,11 @@ async fn submit_line(
     }
 }
 
-pub async fn bulk(State(st): State<AppState>, body: Body) -> ApiResult<Json<Value>> {
+pub async fn bulk(
+    State(st): State<AppState>,
+    _: crate::api::auth::RequireTrusted,
+    body: Body,
+) -> ApiResult<Json<Value>> {
     let mut stream = body.into_data_stream();
     let mut t = Tally {
         lines: 0,

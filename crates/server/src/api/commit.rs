@@ -13,7 +13,11 @@ use serde_json::{json, Value};
 /// Largest commit request body.
 pub const COMMIT_BODY_BYTES_MAX: usize = 16 << 20;
 
-pub async fn commit(State(st): State<AppState>, body: Body) -> ApiResult<Json<Value>> {
+pub async fn commit(
+    State(st): State<AppState>,
+    p: crate::auth::Principal,
+    body: Body,
+) -> ApiResult<Json<Value>> {
     let mut m = read_object(body, COMMIT_BODY_BYTES_MAX).await?;
     if let Some(k) = m.keys().find(|k| *k != "writes") {
         return Err(ApiError::new(
@@ -35,7 +39,7 @@ pub async fn commit(State(st): State<AppState>, body: Body) -> ApiResult<Json<Va
             e
         })?);
     }
-    let out = st.db.try_submit(writes)?.await?;
+    let out = crate::api::auth::submit_as(&st, &p, writes).await?;
     Ok(Json(
         json!({"seq": out.seq, "results": out.results.iter().map(result_json).collect::<Vec<_>>()}),
     ))

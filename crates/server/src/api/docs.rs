@@ -4,7 +4,9 @@
 
 use crate::api::body::read_json;
 use crate::api::error::{ApiError, ApiResult};
+use crate::api::auth::{read_denied, submit_as};
 use crate::api::writes::parse_update;
+use crate::auth::Principal;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -29,13 +31,13 @@ fn if_match(headers: &HeaderMap) -> ApiResult<Option<u64>> {
     })
 }
 
-pub async fn commit_one(state: &AppState, w: Write) -> ApiResult<CommitOutcome> {
-    let ticket = state.db.try_submit(vec![w])?;
-    Ok(ticket.await?)
+pub async fn commit_one(state: &AppState, p: &Principal, w: Write) -> ApiResult<CommitOutcome> {
+    submit_as(state, p, vec![w]).await
 }
 
 pub async fn put(
     State(st): State<AppState>,
+    p: Principal,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
@@ -49,13 +51,14 @@ pub async fn put(
         doc,
         if_version: if_match(&headers)?,
     };
-    let out = commit_one(&st, w).await?;
+    let out = commit_one(&st, &p, w).await?;
     let r = &out.results[0];
     Ok(Json(json!({"id": r.id, "version": r.version, "seq": out.seq})).into_response())
 }
 
 pub async fn insert(
     State(st): State<AppState>,
+    p: Principal,
     collection: Result<Path<String>, PathRejection>,
     body: Body,
 ) -> ApiResult<Response> {
@@ -67,7 +70,7 @@ pub async fn insert(
         id: None,
         doc,
     };
-    let out = commit_one(&st, w).await?;
+    let out = commit_one(&st, &p, w).await?;
     let r = &out.results[0];
     Ok((
         StatusCode::CREATED,
@@ -78,15 +81,29 @@ pub async fn insert(
 
 pub async fn get(
     State(st): State<AppState>,
+    p: Principal,
     path: Result<Path<String>, PathRejection>,
 ) -> ApiResult<Response> {
     let Path(path) = path?;
     let (collection, id) = split_document_path(&path)?;
     let (c, i) = (collection.to_string(), id.to_string());
     let db = st.db.clone();
+    let rules = p.user().map(|_| st.auth.rules());
+    if let (Some(rules), Some(user)) = (&rules, p.user()) {
+        rules
+            .read_filter(collection, &user.ctx)
+            .map_err(read_denied)?;
+    }
     let found = tokio::task::spawn_blocking(move || db.get(&c, &i))
         .await
         .map_err(|e| ApiError::new("internal", e.to_string()))??;
+    // A document the user may not read answers exactly as a missing one.
+    let found = match (found, &rules, p.user()) {
+        (Some(d), Some(rules), Some(user)) => {
+            rules.can_read(collection, &d.doc, &user.ctx).ok().map(|_| d)
+        }
+        (found, _, _) => found,
+    };
     match found {
         Some(d) => {
             let mut resp = Json(d.doc).into_response();
@@ -104,6 +121,7 @@ pub async fn get(
 
 pub async fn patch(
     State(st): State<AppState>,
+    p: Principal,
     path: Result<Path<String>, PathRejection>,
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
     headers: HeaderMap,
@@ -130,13 +148,14 @@ pub async fn patch(
         upsert,
         if_version: if_match(&headers)?,
     };
-    let out = commit_one(&st, w).await?;
+    let out = commit_one(&st, &p, w).await?;
     let r = &out.results[0];
     Ok(Json(json!({"doc": r.doc, "version": r.version, "seq": out.seq})).into_response())
 }
 
 pub async fn delete(
     State(st): State<AppState>,
+    p: Principal,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
@@ -147,6 +166,6 @@ pub async fn delete(
         id: id.into(),
         if_version: if_match(&headers)?,
     };
-    let out = commit_one(&st, w).await?;
+    let out = commit_one(&st, &p, w).await?;
     Ok(Json(json!({"deleted": out.results[0].op.is_some(), "seq": out.seq})).into_response())
 }

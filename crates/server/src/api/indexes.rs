@@ -42,6 +42,7 @@ fn required(m: &serde_json::Map<String, Value>, key: &str) -> ApiResult<String> 
 
 pub async fn create(
     State(st): State<AppState>,
+    _: crate::api::auth::RequireAdmin,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let m = read_object(body, BODY_MAX).await?;
@@ -78,6 +79,7 @@ pub async fn create(
 
 pub async fn list(
     State(st): State<AppState>,
+    _: crate::api::auth::RequireAdmin,
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
     let collection = collection_param(&params)?;
@@ -87,6 +89,7 @@ pub async fn list(
 
 pub async fn drop(
     State(st): State<AppState>,
+    _: crate::api::auth::RequireAdmin,
     name: Result<Path<String>, PathRejection>,
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
@@ -97,7 +100,9 @@ pub async fn drop(
     Ok(Json(json!({"dropped": true})))
 }
 
-pub async fn exemptions(State(st): State<AppState>, body: Body) -> ApiResult<Json<Value>> {
+pub async fn exemptions(
+    State(st): State<AppState>,
+    _: crate::api::auth::RequireAdmin, body: Body) -> ApiResult<Json<Value>> {
     let m = read_object(body, BODY_MAX).await?;
     let collection = required(&m, "collection")?;
     let Some(Value::Array(items)) = m.get("exemptions") else {

@@ -3,12 +3,23 @@
 //! `herald_db::live` and relay its messages: `initial`, `changes`, `reset`, `error`, plus
 //! `heartbeat` when a connection has been idle for the heartbeat interval.
 //!
+//! With authentication configured, a connection carries a [`Principal`]: from the upgrade
+//! request's `Authorization: Bearer`, or from a first message `{"op":"auth","token":"..."}`
+//! (within [`WS_AUTH_TIMEOUT`]). An end user's subscriptions have the read rule ANDed into
+//! their filter (`query::restrict`), so they see only readable documents. A token may be renewed
+//! with another `auth` message; when it expires unrenewed the connection gets
+//! `{"type":"error","code":"token_expired"}` and closes, and nothing is sent after the expiry
+//! instant. When the rules change, end-user connections close (their clients reconnect and
+//! subscribe under the new rules).
+//!
 //! Each connection has one bounded outbound queue ([`CONN_QUEUE_MAX`]) shared by its
 //! subscriptions, so they are delivered in seq order. When the queue is full the engine drops the
 //! connection's subscriptions and the connection is closed with a reason; the client reconnects
 //! and resumes from the last seq it saw.
 
+use crate::api::auth::{bearer, principal_of};
 use crate::api::error::ApiError;
+use crate::auth::{now_ms, Principal};
 use crate::state::AppState;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query as UrlQuery, State};
@@ -34,6 +45,14 @@ pub const WS_MESSAGE_BYTES_MAX: usize = 256 << 10;
 pub const SUB_ID_BYTES_MAX: usize = 128;
 /// A connection idle this long gets a heartbeat.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// With authentication on, a WebSocket must authenticate within this long of opening.
+pub const WS_AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// A WebSocket without subscriptions that sends nothing for this long is closed.
+pub const WS_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Client messages per second a WebSocket may send, sustained...
+pub const WS_MESSAGES_PER_SEC: f64 = 200.0;
+/// ...and in a burst. Past that the connection gets `rate_limited` and is closed.
+pub const WS_MESSAGES_BURST: f64 = 1000.0;
 
 const SLOW_CONSUMER: &str = "slow consumer: the outbound queue is full; reconnect with resumeFrom";
 
@@ -139,36 +158,209 @@ fn error_msg(sub: Option<&str>, e: &ApiError) -> Value {
     v
 }
 
-pub async fn ws(State(st): State<AppState>, upgrade: WebSocketUpgrade) -> Response {
-    upgrade
-        .max_message_size(WS_MESSAGE_BYTES_MAX)
-        .on_upgrade(move |socket| run_ws(st, socket))
+/// Refuses a request whose `Origin` is not allowed (`--allowed-origins`); requests without an
+/// `Origin` (not from a browser) pass.
+pub fn check_origin(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let (Some(allowed), Some(origin)) = (&st.auth.allowed_origins, headers.get("origin")) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or("");
+    if allowed.iter().any(|a| a == origin) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            "permission_denied",
+            format!("origin '{origin}' is not allowed"),
+        ))
+    }
 }
 
-async fn run_ws(st: AppState, mut socket: WebSocket) {
+pub async fn ws(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    if let Err(e) = check_origin(&st, &headers) {
+        return e.into_response();
+    }
+    // A bearer header authenticates now; without one, the first message must.
+    let principal = match bearer(&headers) {
+        Some(_) => match principal_of(&st, &headers) {
+            Ok(p) => Some(p),
+            Err(e) => return e.into_response(),
+        },
+        None if !st.auth.enabled() => Some(Principal::Open),
+        None => None,
+    };
+    upgrade
+        .max_message_size(WS_MESSAGE_BYTES_MAX)
+        .on_upgrade(move |socket| run_ws(st, socket, principal))
+}
+
+/// A token bucket for client messages.
+struct RateLimit {
+    tokens: f64,
+    at: tokio::time::Instant,
+}
+
+impl RateLimit {
+    fn new() -> RateLimit {
+        RateLimit {
+            tokens: WS_MESSAGES_BURST,
+            at: tokio::time::Instant::now(),
+        }
+    }
+
+    fn take(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * WS_MESSAGES_PER_SEC;
+        self.tokens = (self.tokens + refill).min(WS_MESSAGES_BURST);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The authentication state of one WebSocket.
+struct Session {
+    principal: Option<Principal>,
+    /// When the end user's token expires (`None`: keys, open mode, or not yet authenticated).
+    expires: Option<tokio::time::Instant>,
+}
+
+impl Session {
+    fn set(&mut self, p: Principal) {
+        self.expires = p.user().map(|u| {
+            let left = u.expires_at_ms.saturating_sub(now_ms());
+            tokio::time::Instant::now() + Duration::from_millis(left)
+        });
+        self.principal = Some(p);
+    }
+
+    fn expired(&self) -> bool {
+        self.expires
+            .is_some_and(|at| tokio::time::Instant::now() >= at)
+    }
+}
+
+/// The claims that identify a user's rights: all but the token's own lifetime and id.
+fn stable_claims(p: &Principal) -> Option<Map<String, Value>> {
+    p.user().map(|u| {
+        let mut c = u.ctx.claims.clone();
+        for k in ["exp", "iat", "nbf", "jti"] {
+            c.remove(k);
+        }
+        c
+    })
+}
+
+/// What the loop does after a client message.
+enum Next {
+    Continue,
+    /// Send this, then close with a policy-violation frame and this reason.
+    Close(Option<Value>, &'static str),
+}
+
+async fn send_json(socket: &mut WebSocket, v: &Value) -> bool {
+    socket
+        .send(Message::Text(v.to_string().into()))
+        .await
+        .is_ok()
+}
+
+async fn close(socket: &mut WebSocket, reason: &'static str) {
+    let frame = CloseFrame {
+        code: 1008,
+        reason: reason.into(),
+    };
+    let _ = socket.send(Message::Close(Some(frame))).await;
+}
+
+async fn run_ws(st: AppState, mut socket: WebSocket, principal: Option<Principal>) {
     let mut conn = Conn::new(&st);
     let mut subs: HashSet<String> = HashSet::new();
+    let mut session = Session {
+        principal: None,
+        expires: None,
+    };
+    if let Some(p) = principal {
+        session.set(p);
+    }
+    let opened = tokio::time::Instant::now();
+    let mut last_client = opened;
+    let mut rate = RateLimit::new();
+    let mut rules_changed = st.auth.rules_changed();
     let mut idle = tokio::time::interval(HEARTBEAT);
     idle.reset();
+    let far = Duration::from_secs(365 * 24 * 3600);
     loop {
+        let expiry = session.expires.unwrap_or(opened + far);
+        let auth_deadline = if session.principal.is_none() {
+            opened + WS_AUTH_TIMEOUT
+        } else {
+            opened + far
+        };
         tokio::select! {
+            biased;
+            _ = tokio::time::sleep_until(expiry) => {
+                let msg = json!({"type": "error", "code": "token_expired",
+                    "message": "the token expired; reconnect with a fresh one"});
+                st.live.disconnect(conn.id);
+                let _ = send_json(&mut socket, &msg).await;
+                close(&mut socket, "token expired").await;
+                break;
+            }
+            _ = tokio::time::sleep_until(auth_deadline) => {
+                let e = ApiError::new("unauthenticated", "no credentials within the handshake timeout");
+                let _ = send_json(&mut socket, &error_msg(None, &e)).await;
+                close(&mut socket, "authentication timeout").await;
+                break;
+            }
+            changed = rules_changed.changed(), if session.principal.as_ref().is_some_and(|p| p.user().is_some()) => {
+                if changed.is_ok() {
+                    st.live.disconnect(conn.id);
+                    close(&mut socket, "the security rules changed; reconnect").await;
+                    break;
+                }
+            }
             incoming = socket.recv() => {
                 let text = match incoming {
                     Some(Ok(Message::Text(t))) => t,
                     Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
                     Some(Ok(Message::Binary(_))) => {
                         let e = ApiError::new("bad_request", "messages must be JSON text");
-                        if socket.send(Message::Text(error_msg(None, &e).to_string().into())).await.is_err() { break }
+                        if !send_json(&mut socket, &error_msg(None, &e)).await { break }
                         continue;
                     }
                     Some(Ok(_)) => continue,
                 };
-                if let Some(reply) = client_message(&st, &conn, &mut subs, text.as_str()) {
-                    if socket.send(Message::Text(reply.to_string().into())).await.is_err() { break }
+                last_client = tokio::time::Instant::now();
+                if !rate.take() {
+                    let e = ApiError::new("rate_limited", format!(
+                        "more than {WS_MESSAGES_PER_SEC} messages per second (bursts of {WS_MESSAGES_BURST})"));
+                    let _ = send_json(&mut socket, &error_msg(None, &e)).await;
+                    close(&mut socket, "rate limit exceeded").await;
+                    break;
+                }
+                let (reply, next) = client_message(&st, &conn, &mut subs, &mut session, text.as_str());
+                if let Some(reply) = reply {
+                    if !send_json(&mut socket, &reply).await { break }
+                }
+                if let Next::Close(msg, reason) = next {
+                    if let Some(m) = msg {
+                        let _ = send_json(&mut socket, &m).await;
+                    }
+                    close(&mut socket, reason).await;
+                    break;
                 }
             }
             out = conn.rx.recv() => {
                 let Some(msg) = out else { break };
+                if session.expired() { continue }
                 conn.note(&msg);
                 // A subscription the engine ended with an error frees its id.
                 if msg["type"] == "error" {
@@ -176,51 +368,127 @@ async fn run_ws(st: AppState, mut socket: WebSocket) {
                         subs.remove(sub);
                     }
                 }
-                if socket.send(Message::Text(msg.to_string().into())).await.is_err() { break }
+                if !send_json(&mut socket, &msg).await { break }
                 idle.reset();
             }
             _ = conn.wake.notified() => {
                 if conn.overflow.load(Ordering::Acquire) {
-                    let frame = CloseFrame { code: 1008, reason: SLOW_CONSUMER.into() };
-                    let _ = socket.send(Message::Close(Some(frame))).await;
+                    close(&mut socket, SLOW_CONSUMER).await;
                     break;
                 }
             }
             _ = idle.tick() => {
+                if subs.is_empty() && last_client.elapsed() >= WS_IDLE_TIMEOUT {
+                    close(&mut socket, "idle").await;
+                    break;
+                }
+                if session.principal.is_none() || session.expired() { continue }
                 let seq = st.live.seq();
+                let mut ok = true;
                 while let Ok(msg) = conn.rx.try_recv() {
                     conn.note(&msg);
-                    if socket.send(Message::Text(msg.to_string().into())).await.is_err() { break }
+                    if !send_json(&mut socket, &msg).await { ok = false; break }
                 }
-                if socket.send(Message::Text(conn.heartbeat(seq).to_string().into())).await.is_err() { break }
+                if !ok || !send_json(&mut socket, &conn.heartbeat(seq)).await { break }
             }
         }
     }
     st.live.disconnect(conn.id);
 }
 
-/// Handles one client message; returns an immediate reply (errors), if any.
+/// `{"op":"auth","token":"..."}`: authenticates the connection or renews its token.
+fn auth_message(st: &AppState, session: &mut Session, m: &Map<String, Value>) -> (Option<Value>, Next) {
+    let first = session.principal.is_none();
+    let fail = |e: ApiError| {
+        // A failed renewal leaves the current token in force until it expires.
+        if first {
+            (None, Next::Close(Some(error_msg(None, &e)), "authentication failed"))
+        } else {
+            (Some(error_msg(None, &e)), Next::Continue)
+        }
+    };
+    let Some(token) = m.get("token").and_then(Value::as_str) else {
+        return fail(ApiError::new("bad_request", "an auth message needs 'token' (a string)"));
+    };
+    let p = match st.auth.authenticate(Some(token)) {
+        Ok(p) => p,
+        Err(e) => return fail(ApiError::new("unauthenticated", e.0)),
+    };
+    if let Some(cur) = &session.principal {
+        let same_user = match (cur, &p) {
+            (Principal::User(a), Principal::User(b)) => a.ctx.uid == b.ctx.uid,
+            (a, b) => a == b,
+        };
+        if !same_user || stable_claims(cur) != stable_claims(&p) {
+            let e = ApiError::new(
+                "unauthenticated",
+                "a renewal must carry the same identity and claims; reconnect to change them",
+            );
+            return (None, Next::Close(Some(error_msg(None, &e)), "identity changed"));
+        }
+    }
+    let (uid, expires_at) = match &p {
+        Principal::User(u) => (json!(u.ctx.uid), json!(u.expires_at_ms)),
+        _ => (Value::Null, Value::Null),
+    };
+    session.set(p);
+    (
+        Some(json!({"type": "auth", "ok": true, "uid": uid, "expiresAt": expires_at})),
+        Next::Continue,
+    )
+}
+
+/// Handles one client message: an immediate reply (errors, auth answers), if any, and
+/// whether to close.
 fn client_message(
     st: &AppState,
     conn: &Conn,
     subs: &mut HashSet<String>,
+    session: &mut Session,
     text: &str,
-) -> Option<Value> {
+) -> (Option<Value>, Next) {
     let v: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
-            return Some(error_msg(
-                None,
-                &ApiError::new("bad_json", format!("message is not valid JSON: {e}")),
-            ))
+            return (
+                Some(error_msg(
+                    None,
+                    &ApiError::new("bad_json", format!("message is not valid JSON: {e}")),
+                )),
+                Next::Continue,
+            )
         }
     };
-    let Value::Object(m) = v else {
-        return Some(error_msg(
-            None,
-            &ApiError::new("bad_request", "a message must be an object"),
-        ));
+    let Value::Object(mut m) = v else {
+        return (
+            Some(error_msg(
+                None,
+                &ApiError::new("bad_request", "a message must be an object"),
+            )),
+            Next::Continue,
+        );
     };
+    if m.get("op").and_then(Value::as_str) == Some("auth") {
+        return auth_message(st, session, &m);
+    }
+    let Some(principal) = session.principal.clone() else {
+        let e = ApiError::new(
+            "unauthenticated",
+            "the first message must be {\"op\":\"auth\",\"token\":\"...\"}",
+        );
+        return (None, Next::Close(Some(error_msg(None, &e)), "not authenticated"));
+    };
+    (subscription_message(st, conn, subs, &principal, &mut m), Next::Continue)
+}
+
+/// `subscribe` and `unsubscribe`.
+fn subscription_message(
+    st: &AppState,
+    conn: &Conn,
+    subs: &mut HashSet<String>,
+    principal: &Principal,
+    m: &mut Map<String, Value>,
+) -> Option<Value> {
     let sub = match m.get("sub") {
         Some(Value::String(s)) if !s.is_empty() && s.len() <= SUB_ID_BYTES_MAX => s.clone(),
         _ => {
@@ -285,7 +553,13 @@ fn client_message(
                     }
                 },
             };
-            let (collection, query, key) = match subscription(&m) {
+            let collection = m.get("collection").and_then(Value::as_str).map(str::to_string);
+            if let (Some(user), Some(collection)) = (principal.user(), collection) {
+                if let Err(e) = crate::api::query::restrict(st, m, &collection, user) {
+                    return Some(error_msg(Some(&sub), &e));
+                }
+            }
+            let (collection, query, key) = match subscription(m) {
                 Ok(x) => x,
                 Err(e) => return Some(error_msg(Some(&sub), &e)),
             };
@@ -316,7 +590,7 @@ fn client_message(
             Some(&sub),
             &ApiError::new(
                 "bad_request",
-                "'op' must be \"subscribe\" or \"unsubscribe\"",
+                "'op' must be \"auth\", \"subscribe\" or \"unsubscribe\"",
             ),
         )),
     }
@@ -352,6 +626,23 @@ pub async fn sse(
         };
         m.insert(k.clone(), parsed);
     }
+    if let Err(e) = check_origin(&st, &headers) {
+        return e.into_response();
+    }
+    let principal = match principal_of(&st, &headers) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let collection = m.get("collection").and_then(Value::as_str).map(str::to_string);
+    if let (Some(user), Some(collection)) = (principal.user(), collection) {
+        if let Err(e) = crate::api::query::restrict(&st, &mut m, &collection, user) {
+            return e.into_response();
+        }
+    }
+    let expires = principal.user().map(|u| {
+        tokio::time::Instant::now()
+            + Duration::from_millis(u.expires_at_ms.saturating_sub(now_ms()))
+    });
     let (collection, query, key) = match subscription(&m) {
         Ok(x) => x,
         Err(e) => return e.into_response(),
@@ -378,7 +669,9 @@ pub async fn sse(
         live: live.clone(),
         conn: conn.id,
     };
-    let stream = async_stream((live, conn, guard));
+    // An end user's stream ends when the rules change (the client reconnects under the new ones).
+    let rules_changed = principal.user().map(|_| st.auth.rules_changed());
+    let stream = async_stream((live, conn, guard, rules_changed), expires);
     Sse::new(stream).into_response()
 }
 
@@ -395,6 +688,15 @@ impl Drop for DisconnectOnDrop {
 
 type EventResult = Result<Event, std::convert::Infallible>;
 
+/// An SSE stream's state: the engine, the connection, its disconnect guard, and (for an end
+/// user) the rules-change watch.
+type SseState = (
+    herald_db::live::LiveEngine,
+    Conn,
+    DisconnectOnDrop,
+    Option<tokio::sync::watch::Receiver<u64>>,
+);
+
 fn event(msg: &Value) -> Event {
     let e = Event::default().data(msg.to_string());
     match msg.get("seq").and_then(Value::as_u64) {
@@ -406,20 +708,39 @@ fn event(msg: &Value) -> Event {
 /// The SSE stream of one connection: queued messages, heartbeats when idle, and an end when the
 /// client is too slow.
 fn async_stream(
-    state: (herald_db::live::LiveEngine, Conn, DisconnectOnDrop),
+    state: SseState,
+    expires: Option<tokio::time::Instant>,
 ) -> impl futures_util::Stream<Item = EventResult> {
-    futures_util::stream::unfold(Some(state), |state| async move {
-        let (live, mut conn, guard) = state?;
+    let expiry_msg = || {
+        let msg = json!({"type": "error", "sub": "sse", "code": "token_expired",
+            "message": "the token expired; reconnect with a fresh one"});
+        Event::default().data(msg.to_string())
+    };
+    futures_util::stream::unfold(Some(state), move |state| async move {
+        let (live, mut conn, guard, mut rules_changed) = state?;
+        let far = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        let expiry = expires.unwrap_or(far);
+        if tokio::time::Instant::now() >= expiry {
+            return Some((Ok(expiry_msg()), None));
+        }
         if conn.overflow.load(Ordering::Acquire) {
             let msg = json!({"type": "reset", "sub": "sse", "reason": SLOW_CONSUMER});
             return Some((Ok(Event::default().data(msg.to_string())), None));
         }
         tokio::select! {
+            biased;
+            _ = tokio::time::sleep_until(expiry) => {
+                Some((Ok(expiry_msg()), None))
+            }
+            _ = async { rules_changed.as_mut().expect("guarded").changed().await }, if rules_changed.is_some() => {
+                let msg = json!({"type": "reset", "sub": "sse", "reason": "the security rules changed; reconnect"});
+                Some((Ok(Event::default().data(msg.to_string())), None))
+            }
             out = conn.rx.recv() => {
                 let msg = out?;
                 conn.note(&msg);
                 let ev = event(&msg);
-                Some((Ok(ev), Some((live, conn, guard))))
+                Some((Ok(ev), Some((live, conn, guard, rules_changed))))
             }
             _ = conn.wake.notified() => {
                 let msg = json!({"type": "reset", "sub": "sse", "reason": SLOW_CONSUMER});
@@ -431,11 +752,11 @@ fn async_stream(
                     Ok(msg) => {
                         conn.note(&msg);
                         let ev = event(&msg);
-                        Some((Ok(ev), Some((live, conn, guard))))
+                        Some((Ok(ev), Some((live, conn, guard, rules_changed))))
                     }
                     Err(_) => {
                         let hb = conn.heartbeat(seq);
-                        Some((Ok(event(&hb)), Some((live, conn, guard))))
+                        Some((Ok(event(&hb)), Some((live, conn, guard, rules_changed))))
                     }
                 }
             }

@@ -19,7 +19,10 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
-pub async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
+pub async fn metrics(
+    State(st): State<AppState>,
+    _: crate::api::auth::RequireTrusted,
+) -> impl IntoResponse {
     let db = st.db.clone();
     let body = tokio::task::spawn_blocking(move || render(&db))
         .await

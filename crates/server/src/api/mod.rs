@@ -1,5 +1,6 @@
 //! The HTTP API under `/v1`: routes, and the fallbacks that keep every error JSON.
 
+pub mod auth;
 pub mod body;
 pub mod bulk;
 pub mod commit;
@@ -63,6 +64,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/triggers/{name}/dead", get(triggers::dead))
         .route("/v1/triggers/{name}/dead/retry", post(triggers::retry))
         .route("/v1/triggers/{name}/dead/purge", post(triggers::purge))
+        .route("/v1/keys", post(auth::create_key).get(auth::list_keys))
+        .route("/v1/keys/{id}", axum::routing::delete(auth::revoke_key))
+        .route("/v1/rules", put(auth::put_rules).get(auth::get_rules))
         .route("/metrics", get(metrics::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

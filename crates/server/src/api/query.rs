@@ -23,8 +23,12 @@ const MEMBERS: &[&str] = &[
     "explain",
 ];
 
-pub async fn query(State(st): State<AppState>, body: Body) -> ApiResult<Json<Value>> {
-    let m = read_object(body, QUERY_BODY_BYTES_MAX).await?;
+pub async fn query(
+    State(st): State<AppState>,
+    p: crate::auth::Principal,
+    body: Body,
+) -> ApiResult<Json<Value>> {
+    let mut m = read_object(body, QUERY_BODY_BYTES_MAX).await?;
     if let Some(k) = m.keys().find(|k| !MEMBERS.contains(&k.as_str())) {
         return Err(ApiError::new(
             "bad_query",
@@ -45,6 +49,16 @@ pub async fn query(State(st): State<AppState>, body: Body) -> ApiResult<Json<Val
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(ApiError::new("bad_request", "explain must be a boolean")),
     };
+    if let Some(user) = p.user() {
+        if explain {
+            // Plans count examined documents, hidden ones included.
+            return Err(ApiError::new(
+                "permission_denied",
+                "explain needs an admin or service key",
+            ));
+        }
+        restrict(&st, &mut m, &collection, user)?;
+    }
     let q = query_of(&m)?;
     let db = st.db.clone();
     let out = tokio::task::spawn_blocking(move || db.query(&collection, &q))
@@ -55,6 +69,27 @@ pub async fn query(State(st): State<AppState>, body: Body) -> ApiResult<Json<Val
         resp["explain"] = out.explain;
     }
     Ok(Json(resp))
+}
+
+/// ANDs the user's read rule for `collection` into the `filter` member of a query or
+/// subscription, so everything downstream (plans, results, positions, live changes) sees only
+/// readable documents. The user's own filter is validated first, so its errors read as usual.
+pub fn restrict(
+    st: &AppState,
+    m: &mut serde_json::Map<String, Value>,
+    collection: &str,
+    user: &crate::auth::UserAuth,
+) -> Result<(), ApiError> {
+    herald_db::check_collection(collection)?;
+    query_of(m)?;
+    let rule = st
+        .auth
+        .rules()
+        .read_filter(collection, &user.ctx)
+        .map_err(crate::api::auth::read_denied)?;
+    let combined = herald_rules::and_filters(m.get("filter"), rule);
+    m.insert("filter".into(), combined);
+    Ok(())
 }
 
 /// The query of a request or subscription: `filter` (an object), `sort`, `skip`, `limit`,

@@ -26,6 +26,7 @@ async fn blocking<T: Send + 'static>(
 
 pub async fn put(
     State(st): State<AppState>,
+    _: crate::api::auth::RequireAdmin,
     Path(name): Path<String>,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
@@ -52,12 +53,17 @@ pub async fn put(
     Ok((status, Json(stored.to_json())))
 }
 
-pub async fn get(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn get(
+    State(st): State<AppState>,
+    _: crate::api::auth::RequireAdmin, Path(name): Path<String>) -> ApiResult<Json<Value>> {
     let db = st.db.clone();
     Ok(Json(blocking(move || Ok(db.trigger_status(&name)?)).await?))
 }
 
-pub async fn list(State(st): State<AppState>) -> ApiResult<Json<Value>> {
+pub async fn list(
+    State(st): State<AppState>,
+    _: crate::api::auth::RequireAdmin,
+) -> ApiResult<Json<Value>> {
     let db = st.db.clone();
     let all = blocking(move || {
         let defs = db.triggers().defs();
@@ -79,6 +85,7 @@ pub async fn list(State(st): State<AppState>) -> ApiResult<Json<Value>> {
 
 pub async fn delete(
     State(st): State<AppState>,
+    _: crate::api::auth::RequireAdmin,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let db = st.db.clone();
@@ -89,6 +96,7 @@ pub async fn delete(
 
 pub async fn dead(
     State(st): State<AppState>,
+    _: crate::api::auth::RequireAdmin,
     Path(name): Path<String>,
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
@@ -141,11 +149,15 @@ async fn selection(body: Body) -> ApiResult<Option<Vec<String>>> {
     }
 }
 
-pub async fn retry(st: State<AppState>, name: Path<String>, body: Body) -> ApiResult<Json<Value>> {
+pub async fn retry(
+    st: State<AppState>,
+    _: crate::api::auth::RequireAdmin, name: Path<String>, body: Body) -> ApiResult<Json<Value>> {
     move_dead(st, name, body, true).await
 }
 
-pub async fn purge(st: State<AppState>, name: Path<String>, body: Body) -> ApiResult<Json<Value>> {
+pub async fn purge(
+    st: State<AppState>,
+    _: crate::api::auth::RequireAdmin, name: Path<String>, body: Body) -> ApiResult<Json<Value>> {
     move_dead(st, name, body, false).await
 }
 

@@ -160,6 +160,7 @@ impl Server {
             listen: "127.0.0.1:0".parse().expect("address"),
             db,
             triggers,
+            auth: Default::default(),
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (bound_tx, bound_rx) = oneshot::channel::<SocketAddr>();

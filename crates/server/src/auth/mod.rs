@@ -1,0 +1,183 @@
+//! Who is asking: API keys (admin, service), end-user JSON Web Tokens, or nobody in particular
+//! when authentication is not configured (everything open, loopback only). Also holds the
+//! current security rules (the system record `rules`), swapped whole when replaced.
+//!
+//! A request's [`Principal`] decides everything downstream: `Open`, `Admin` and `Service` bypass
+//! the rules (only `Open` and `Admin` may administer keys, rules, triggers and indexes); a
+//! `User` reads through the read rule ANDed into every query and subscription and writes
+//! through a guard evaluated inside the storage job.
+
+pub mod keys;
+pub mod token;
+
+use herald_db::{Db, DbError};
+use herald_rules::Rules;
+use keys::{KeyStore, Role, KEY_PREFIX};
+use std::sync::{Arc, RwLock};
+pub use token::UserAuth;
+use token::Verifier;
+
+/// The system record holding the rules.
+const RULES_RECORD: &str = "rules";
+
+/// Authentication settings from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct AuthOptions {
+    /// The bootstrap admin key (`--admin-key-file`).
+    pub admin_key: Option<String>,
+    /// The HS256 secret (`--jwt-secret-file`).
+    pub jwt_secret: Option<Vec<u8>>,
+    /// PEM public keys, Ed25519 or P-256 (`--jwt-public-keys`).
+    pub jwt_public_keys: Option<Vec<u8>>,
+    /// Rules installed at start (`--rules`), replacing the stored ones.
+    pub rules: Option<Rules>,
+    /// Origins a browser may open WebSockets and event streams from (`--allowed-origins`);
+    /// `None`: any.
+    pub allowed_origins: Option<Vec<String>>,
+}
+
+impl AuthOptions {
+    /// Authentication is on when any credential source is configured.
+    pub fn enabled(&self) -> bool {
+        self.admin_key.is_some() || self.jwt_secret.is_some() || self.jwt_public_keys.is_some()
+    }
+}
+
+/// Who a request comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Principal {
+    /// Authentication is not configured: everything is allowed.
+    Open,
+    Admin,
+    Service,
+    User(Arc<UserAuth>),
+}
+
+impl Principal {
+    /// May administer keys, rules, triggers and indexes.
+    pub fn is_admin(&self) -> bool {
+        matches!(self, Principal::Open | Principal::Admin)
+    }
+
+    /// The end user, if rules apply.
+    pub fn user(&self) -> Option<&Arc<UserAuth>> {
+        match self {
+            Principal::User(u) => Some(u),
+            _ => None,
+        }
+    }
+}
+
+/// Why credentials were refused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unauthenticated(pub String);
+
+pub struct Auth {
+    enabled: bool,
+    admin_hash: Option<String>,
+    verifier: Verifier,
+    pub keys: KeyStore,
+    rules: RwLock<Arc<Rules>>,
+    /// Bumped when the rules change: end-user live connections close then, so no subscription
+    /// keeps a read filter the new rules would not give.
+    rules_epoch: tokio::sync::watch::Sender<u64>,
+    pub allowed_origins: Option<Vec<String>>,
+}
+
+/// Now, in Unix milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Auth {
+    /// Loads the stored keys and rules; installs `--rules` if given.
+    pub fn load(db: &Db, opts: AuthOptions) -> Result<Auth, String> {
+        let enabled = opts.enabled();
+        let verifier = Verifier::new(opts.jwt_secret.as_deref(), opts.jwt_public_keys.as_deref())?;
+        let keys = KeyStore::load(db).map_err(|e| format!("loading API keys: {e}"))?;
+        let rules = match opts.rules {
+            Some(r) => {
+                db.system_put(RULES_RECORD, Some(r.source().clone()))
+                    .map_err(|e| format!("storing the rules: {e}"))?;
+                r
+            }
+            None => match db
+                .system_get(RULES_RECORD)
+                .map_err(|e| format!("loading the rules: {e}"))?
+            {
+                Some(v) => Rules::parse(&v).map_err(|e| format!("the stored rules: {e}"))?,
+                None => Rules::default(),
+            },
+        };
+        if let Some(k) = &opts.admin_key {
+            if k.len() < 16 {
+                return Err("the admin key must be at least 16 characters".into());
+            }
+        }
+        Ok(Auth {
+            enabled,
+            admin_hash: opts.admin_key.as_deref().map(keys::hash_key),
+            verifier,
+            keys,
+            rules: RwLock::new(Arc::new(rules)),
+            rules_epoch: tokio::sync::watch::Sender::new(0),
+            allowed_origins: opts.allowed_origins,
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The principal of a bearer credential (`None`: no credential presented).
+    pub fn authenticate(&self, bearer: Option<&str>) -> Result<Principal, Unauthenticated> {
+        if !self.enabled {
+            return Ok(Principal::Open);
+        }
+        let Some(token) = bearer else {
+            return Err(Unauthenticated(
+                "missing credentials: send 'Authorization: Bearer <token or API key>'".into(),
+            ));
+        };
+        if self.admin_hash.as_deref() == Some(keys::hash_key(token).as_str()) {
+            return Ok(Principal::Admin);
+        }
+        if token.starts_with(KEY_PREFIX) {
+            return match self.keys.lookup(token) {
+                Some((_, Role::Admin)) => Ok(Principal::Admin),
+                Some((_, Role::Service)) => Ok(Principal::Service),
+                None => Err(Unauthenticated("unknown or revoked API key".into())),
+            };
+        }
+        self.verifier
+            .verify(token)
+            .map(|u| Principal::User(Arc::new(u)))
+            .map_err(Unauthenticated)
+    }
+
+    /// Whether end-user tokens can be verified at all.
+    pub fn accepts_tokens(&self) -> bool {
+        self.verifier.is_configured()
+    }
+
+    /// The current rules (a snapshot: a replacement does not change it).
+    pub fn rules(&self) -> Arc<Rules> {
+        self.rules.read().expect("rules lock").clone()
+    }
+
+    /// Replaces the rules durably; blocks on the write.
+    pub fn set_rules(&self, db: &Db, rules: Rules) -> Result<(), DbError> {
+        let mut cur = self.rules.write().expect("rules lock");
+        db.system_put(RULES_RECORD, Some(rules.source().clone()))?;
+        *cur = Arc::new(rules);
+        self.rules_epoch.send_modify(|e| *e += 1);
+        Ok(())
+    }
+
+    /// Changes when the rules are replaced.
+    pub fn rules_changed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.rules_epoch.subscribe()
+    }
+}

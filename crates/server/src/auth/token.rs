@@ -1,0 +1,124 @@
+//! End-user JSON Web Tokens: verification with an HS256 secret and/or EdDSA (Ed25519) and ES256
+//! (P-256) public keys from a PEM file. `exp` and `sub` are required, `nbf` is checked when
+//! present, with no leeway: a token is valid until the second its `exp` names.
+
+use herald_rules::AuthCtx;
+use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
+use serde_json::{Map, Value};
+
+/// Longest `sub` accepted.
+pub const SUB_BYTES_MAX: usize = 256;
+/// Largest token accepted, in bytes (before any decoding work).
+pub const TOKEN_BYTES_MAX: usize = 16 << 10;
+
+/// A verified end user.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserAuth {
+    pub ctx: AuthCtx,
+    /// When the token expires, in Unix milliseconds.
+    pub expires_at_ms: u64,
+}
+
+/// Verifies tokens with the configured keys.
+#[derive(Clone, Default)]
+pub struct Verifier {
+    hmac: Option<DecodingKey>,
+    ed: Vec<DecodingKey>,
+    ec: Vec<DecodingKey>,
+}
+
+impl std::fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Verifier")
+            .field("hmac", &self.hmac.is_some())
+            .field("ed", &self.ed.len())
+            .field("ec", &self.ec.len())
+            .finish()
+    }
+}
+
+impl Verifier {
+    /// `secret`: the HS256 secret (the bytes of the secret file, surrounding whitespace
+    /// removed); `pem`: a file of `PUBLIC KEY` PEM blocks, each Ed25519 or P-256.
+    pub fn new(secret: Option<&[u8]>, pem: Option<&[u8]>) -> Result<Verifier, String> {
+        let mut v = Verifier::default();
+        if let Some(s) = secret {
+            if s.len() < 32 {
+                return Err("the JWT secret must be at least 32 bytes".into());
+            }
+            v.hmac = Some(DecodingKey::from_secret(s));
+        }
+        if let Some(pem) = pem {
+            let text = std::str::from_utf8(pem).map_err(|_| "the public keys file is not UTF-8")?;
+            let mut found = 0;
+            for block in text.split("-----BEGIN ").skip(1) {
+                let block = format!("-----BEGIN {block}");
+                let block = block.as_bytes();
+                if let Ok(k) = DecodingKey::from_ed_pem(block) {
+                    v.ed.push(k);
+                } else if let Ok(k) = DecodingKey::from_ec_pem(block) {
+                    v.ec.push(k);
+                } else {
+                    return Err(format!(
+                        "public key {found} is neither an Ed25519 nor a P-256 PUBLIC KEY in PEM"
+                    ));
+                }
+                found += 1;
+            }
+            if found == 0 {
+                return Err("the public keys file holds no PEM block".into());
+            }
+        }
+        Ok(v)
+    }
+
+    pub fn is_configured(&self) -> bool {
+        self.hmac.is_some() || !self.ed.is_empty() || !self.ec.is_empty()
+    }
+
+    /// Verifies a token; the error says why it is refused (for the `unauthenticated` message;
+    /// it never includes key material).
+    pub fn verify(&self, token: &str) -> Result<UserAuth, String> {
+        if token.len() > TOKEN_BYTES_MAX {
+            return Err(format!("the token is over {TOKEN_BYTES_MAX} bytes"));
+        }
+        let header = decode_header(token).map_err(|e| format!("malformed token: {e}"))?;
+        let keys: &[DecodingKey] = match header.alg {
+            Algorithm::HS256 => self.hmac.as_slice(),
+            Algorithm::EdDSA => &self.ed,
+            Algorithm::ES256 => &self.ec,
+            other => return Err(format!("tokens signed with {other:?} are not accepted")),
+        };
+        if keys.is_empty() {
+            return Err(format!("no key is configured for {:?} tokens", header.alg));
+        }
+        let mut validation = Validation::new(header.alg);
+        validation.leeway = 0;
+        validation.validate_nbf = true;
+        validation.validate_aud = false;
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        let mut last = String::new();
+        for key in keys {
+            match decode::<Map<String, Value>>(token, key, &validation) {
+                Ok(data) => return user_of(data.claims),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(format!("invalid token: {last}"))
+    }
+}
+
+fn user_of(claims: Map<String, Value>) -> Result<UserAuth, String> {
+    let uid = match claims.get("sub") {
+        Some(Value::String(s)) if !s.is_empty() && s.len() <= SUB_BYTES_MAX => s.clone(),
+        _ => return Err(format!("'sub' must be a string of 1 to {SUB_BYTES_MAX} bytes")),
+    };
+    let exp = claims
+        .get("exp")
+        .and_then(Value::as_f64)
+        .ok_or("'exp' must be a number")?;
+    Ok(UserAuth {
+        ctx: AuthCtx { uid, claims },
+        expires_at_ms: (exp * 1000.0) as u64,
+    })
+}
