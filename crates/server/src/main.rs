@@ -310,7 +310,8 @@ fn read_file(what: &str, path: &PathBuf) -> Result<Vec<u8>, String> {
 /// A secret file's contents without surrounding whitespace (a trailing newline is common).
 fn read_secret(what: &str, path: &PathBuf) -> Result<Vec<u8>, String> {
     let bytes = read_file(what, path)?;
-    let text = String::from_utf8(bytes).map_err(|_| format!("{what} {} is not UTF-8", path.display()))?;
+    let text =
+        String::from_utf8(bytes).map_err(|_| format!("{what} {} is not UTF-8", path.display()))?;
     Ok(text.trim().as_bytes().to_vec())
 }
 
@@ -322,7 +323,9 @@ fn auth_options(
     allowed_origins: Option<Vec<String>>,
 ) -> Result<herald::auth::AuthOptions, String> {
     let admin_key = match admin_key_file {
-        Some(p) => Some(String::from_utf8(read_secret("the admin key file", &p)?).expect("checked UTF-8")),
+        Some(p) => {
+            Some(String::from_utf8(read_secret("the admin key file", &p)?).expect("checked UTF-8"))
+        }
         None => None,
     };
     let rules = match rules {
@@ -334,8 +337,12 @@ fn auth_options(
     };
     Ok(herald::auth::AuthOptions {
         admin_key,
-        jwt_secret: jwt_secret_file.map(|p| read_secret("the JWT secret file", &p)).transpose()?,
-        jwt_public_keys: jwt_public_keys.map(|p| read_file("the public keys file", &p)).transpose()?,
+        jwt_secret: jwt_secret_file
+            .map(|p| read_secret("the JWT secret file", &p))
+            .transpose()?,
+        jwt_public_keys: jwt_public_keys
+            .map(|p| read_file("the public keys file", &p))
+            .transpose()?,
         rules,
         allowed_origins,
     })

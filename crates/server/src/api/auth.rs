@@ -100,7 +100,11 @@ pub fn read_denied(d: Denial) -> ApiError {
 /// A guard that checks every write of a transaction against `rules` for `user`, inside the
 /// storage job (so on the exact before-image). `needs_existing[i]`: write `i` is an update
 /// without upsert or a delete, whose answer for a hidden document must be that of a missing one.
-fn rules_guard(rules: Arc<Rules>, user: Arc<UserAuth>, needs_existing: Vec<bool>) -> WriteGuard {
+pub fn rules_guard(
+    rules: Arc<Rules>,
+    user: Arc<UserAuth>,
+    needs_existing: Vec<bool>,
+) -> WriteGuard {
     Arc::new(move |effects| {
         for e in effects {
             if let Err(d) = rules.check_write(e.collection, e.before, e.after, &user.ctx) {
@@ -123,24 +127,67 @@ fn rules_guard(rules: Arc<Rules>, user: Arc<UserAuth>, needs_existing: Vec<bool>
     })
 }
 
+/// Which writes of a transaction require their document to exist (update without upsert,
+/// delete): for those, a hidden document answers `not_found` like a missing one.
+pub fn needs_existing(writes: &[Write]) -> Vec<bool> {
+    writes
+        .iter()
+        .map(|w| match w {
+            Write::Update { upsert, .. } => !upsert,
+            Write::Delete { .. } => true,
+            Write::Put { .. } | Write::Insert { .. } => false,
+        })
+        .collect()
+}
+
 /// Submits a transaction as `p`: end users through the rules, everyone else directly.
-pub async fn submit_as(st: &AppState, p: &Principal, writes: Vec<Write>) -> ApiResult<CommitOutcome> {
-    let ticket = match p.user() {
-        None => st.db.try_submit(writes)?,
-        Some(user) => {
-            let needs_existing = writes
-                .iter()
-                .map(|w| match w {
-                    Write::Update { upsert, .. } => !upsert,
-                    Write::Delete { .. } => true,
-                    Write::Put { .. } | Write::Insert { .. } => false,
-                })
-                .collect();
-            let guard = rules_guard(st.auth.rules(), user.clone(), needs_existing);
-            st.db.try_submit_guarded(writes, guard)?
-        }
+pub async fn submit_as(
+    st: &AppState,
+    p: &Principal,
+    writes: Vec<Write>,
+) -> ApiResult<CommitOutcome> {
+    let Some(user) = p.user() else {
+        return Ok(st.db.try_submit(writes)?.await?);
     };
-    Ok(ticket.await?)
+    let rules = st.auth.rules();
+    let guard = rules_guard(rules.clone(), user.clone(), needs_existing(&writes));
+    let inserts: Vec<(usize, String, String)> = writes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| match w {
+            Write::Insert {
+                collection,
+                id: Some(id),
+                ..
+            } => Some((i, collection.clone(), id.clone())),
+            _ => None,
+        })
+        .collect();
+    match st.db.try_submit_guarded(writes, guard)?.await {
+        Ok(out) => Ok(out),
+        Err(e) => {
+            let e = DbError::from(e);
+            // An insert onto an existing id fails before the rules run; if that document is
+            // hidden from the user, answer as a refused create rather than confirm it exists.
+            if let DbError::AlreadyExists { collection, id } = &e {
+                let (db, c, i) = (st.db.clone(), collection.clone(), id.clone());
+                let existing = blocking(move || db.get(&c, &i)).await?;
+                let readable =
+                    existing.is_some_and(|d| rules.can_read(collection, &d.doc, &user.ctx).is_ok());
+                if !readable {
+                    let index = inserts
+                        .iter()
+                        .find(|(_, c, i)| c == collection && i == id)
+                        .map_or(0, |(i, _, _)| *i);
+                    return Err(ApiError::new(
+                        "permission_denied",
+                        format!("write {index}: {WRITE_DENIED}"),
+                    ));
+                }
+            }
+            Err(e.into())
+        }
+    }
 }
 
 async fn blocking<T: Send + 'static>(
@@ -159,7 +206,10 @@ pub async fn create_key(
 ) -> ApiResult<Response> {
     let m = read_object(body, KEYS_BODY_BYTES_MAX).await?;
     if let Some(k) = m.keys().find(|k| *k != "role" && *k != "name") {
-        return Err(ApiError::new("bad_request", format!("unknown key member '{k}'")));
+        return Err(ApiError::new(
+            "bad_request",
+            format!("unknown key member '{k}'"),
+        ));
     }
     let role = match m.get("role") {
         Some(Value::String(r)) => Role::parse(r),
@@ -172,7 +222,10 @@ pub async fn create_key(
         Some(other) => {
             return Err(ApiError::new(
                 "bad_request",
-                format!("'name' must be a string of at most {KEY_NAME_BYTES_MAX} bytes, got {}", kind(other)),
+                format!(
+                    "'name' must be a string of at most {KEY_NAME_BYTES_MAX} bytes, got {}",
+                    kind(other)
+                ),
             ))
         }
     };
@@ -202,7 +255,10 @@ pub async fn revoke_key(
     if blocking(move || st2.auth.keys.revoke(&st2.db, &id2)).await? {
         Ok(Json(json!({"revoked": id})))
     } else {
-        Err(ApiError::new("key_not_found", format!("no API key with id '{id}'")))
+        Err(ApiError::new(
+            "key_not_found",
+            format!("no API key with id '{id}'"),
+        ))
     }
 }
 

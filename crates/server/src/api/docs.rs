@@ -2,9 +2,9 @@
 //! reads (version in `ETag`), PATCH applies update operators, DELETE removes. `If-Match: "N"`
 //! on PUT, PATCH and DELETE is an `ifVersion` precondition.
 
+use crate::api::auth::{read_denied, submit_as};
 use crate::api::body::read_json;
 use crate::api::error::{ApiError, ApiResult};
-use crate::api::auth::{read_denied, submit_as};
 use crate::api::writes::parse_update;
 use crate::auth::Principal;
 use crate::state::AppState;
@@ -99,9 +99,10 @@ pub async fn get(
         .map_err(|e| ApiError::new("internal", e.to_string()))??;
     // A document the user may not read answers exactly as a missing one.
     let found = match (found, &rules, p.user()) {
-        (Some(d), Some(rules), Some(user)) => {
-            rules.can_read(collection, &d.doc, &user.ctx).ok().map(|_| d)
-        }
+        (Some(d), Some(rules), Some(user)) => rules
+            .can_read(collection, &d.doc, &user.ctx)
+            .ok()
+            .map(|_| d),
         (found, _, _) => found,
     };
     match found {

@@ -102,7 +102,9 @@ pub async fn drop(
 
 pub async fn exemptions(
     State(st): State<AppState>,
-    _: crate::api::auth::RequireAdmin, body: Body) -> ApiResult<Json<Value>> {
+    _: crate::api::auth::RequireAdmin,
+    body: Body,
+) -> ApiResult<Json<Value>> {
     let m = read_object(body, BODY_MAX).await?;
     let collection = required(&m, "collection")?;
     let Some(Value::Array(items)) = m.get("exemptions") else {

@@ -397,18 +397,28 @@ async fn run_ws(st: AppState, mut socket: WebSocket, principal: Option<Principal
 }
 
 /// `{"op":"auth","token":"..."}`: authenticates the connection or renews its token.
-fn auth_message(st: &AppState, session: &mut Session, m: &Map<String, Value>) -> (Option<Value>, Next) {
+fn auth_message(
+    st: &AppState,
+    session: &mut Session,
+    m: &Map<String, Value>,
+) -> (Option<Value>, Next) {
     let first = session.principal.is_none();
     let fail = |e: ApiError| {
         // A failed renewal leaves the current token in force until it expires.
         if first {
-            (None, Next::Close(Some(error_msg(None, &e)), "authentication failed"))
+            (
+                None,
+                Next::Close(Some(error_msg(None, &e)), "authentication failed"),
+            )
         } else {
             (Some(error_msg(None, &e)), Next::Continue)
         }
     };
     let Some(token) = m.get("token").and_then(Value::as_str) else {
-        return fail(ApiError::new("bad_request", "an auth message needs 'token' (a string)"));
+        return fail(ApiError::new(
+            "bad_request",
+            "an auth message needs 'token' (a string)",
+        ));
     };
     let p = match st.auth.authenticate(Some(token)) {
         Ok(p) => p,
@@ -424,7 +434,10 @@ fn auth_message(st: &AppState, session: &mut Session, m: &Map<String, Value>) ->
                 "unauthenticated",
                 "a renewal must carry the same identity and claims; reconnect to change them",
             );
-            return (None, Next::Close(Some(error_msg(None, &e)), "identity changed"));
+            return (
+                None,
+                Next::Close(Some(error_msg(None, &e)), "identity changed"),
+            );
         }
     }
     let (uid, expires_at) = match &p {
@@ -476,9 +489,15 @@ fn client_message(
             "unauthenticated",
             "the first message must be {\"op\":\"auth\",\"token\":\"...\"}",
         );
-        return (None, Next::Close(Some(error_msg(None, &e)), "not authenticated"));
+        return (
+            None,
+            Next::Close(Some(error_msg(None, &e)), "not authenticated"),
+        );
     };
-    (subscription_message(st, conn, subs, &principal, &mut m), Next::Continue)
+    (
+        subscription_message(st, conn, subs, &principal, &mut m),
+        Next::Continue,
+    )
 }
 
 /// `subscribe` and `unsubscribe`.
@@ -553,7 +572,10 @@ fn subscription_message(
                     }
                 },
             };
-            let collection = m.get("collection").and_then(Value::as_str).map(str::to_string);
+            let collection = m
+                .get("collection")
+                .and_then(Value::as_str)
+                .map(str::to_string);
             if let (Some(user), Some(collection)) = (principal.user(), collection) {
                 if let Err(e) = crate::api::query::restrict(st, m, &collection, user) {
                     return Some(error_msg(Some(&sub), &e));
@@ -633,7 +655,10 @@ pub async fn sse(
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    let collection = m.get("collection").and_then(Value::as_str).map(str::to_string);
+    let collection = m
+        .get("collection")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     if let (Some(user), Some(collection)) = (principal.user(), collection) {
         if let Err(e) = crate::api::query::restrict(&st, &mut m, &collection, user) {
             return e.into_response();

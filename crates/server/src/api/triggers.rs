@@ -55,7 +55,9 @@ pub async fn put(
 
 pub async fn get(
     State(st): State<AppState>,
-    _: crate::api::auth::RequireAdmin, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    _: crate::api::auth::RequireAdmin,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
     let db = st.db.clone();
     Ok(Json(blocking(move || Ok(db.trigger_status(&name)?)).await?))
 }
@@ -151,13 +153,19 @@ async fn selection(body: Body) -> ApiResult<Option<Vec<String>>> {
 
 pub async fn retry(
     st: State<AppState>,
-    _: crate::api::auth::RequireAdmin, name: Path<String>, body: Body) -> ApiResult<Json<Value>> {
+    _: crate::api::auth::RequireAdmin,
+    name: Path<String>,
+    body: Body,
+) -> ApiResult<Json<Value>> {
     move_dead(st, name, body, true).await
 }
 
 pub async fn purge(
     st: State<AppState>,
-    _: crate::api::auth::RequireAdmin, name: Path<String>, body: Body) -> ApiResult<Json<Value>> {
+    _: crate::api::auth::RequireAdmin,
+    name: Path<String>,
+    body: Body,
+) -> ApiResult<Json<Value>> {
     move_dead(st, name, body, false).await
 }
 

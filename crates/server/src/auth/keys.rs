@@ -131,7 +131,9 @@ impl KeyStore {
         let _g = self.change.lock().expect("keys change lock");
         let mut entries = self.entries.read().expect("keys lock").clone();
         if entries.len() >= KEYS_MAX {
-            return Err(DbError::LimitExceeded(format!("at most {KEYS_MAX} API keys")));
+            return Err(DbError::LimitExceeded(format!(
+                "at most {KEYS_MAX} API keys"
+            )));
         }
         let mut secret = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut secret);

@@ -111,7 +111,11 @@ impl Verifier {
 fn user_of(claims: Map<String, Value>) -> Result<UserAuth, String> {
     let uid = match claims.get("sub") {
         Some(Value::String(s)) if !s.is_empty() && s.len() <= SUB_BYTES_MAX => s.clone(),
-        _ => return Err(format!("'sub' must be a string of 1 to {SUB_BYTES_MAX} bytes")),
+        _ => {
+            return Err(format!(
+                "'sub' must be a string of 1 to {SUB_BYTES_MAX} bytes"
+            ))
+        }
     };
     let exp = claims
         .get("exp")
