@@ -155,12 +155,26 @@ impl Server {
         db: DbOptions,
         triggers: herald::triggers::TriggerOptions,
     ) -> Server {
+        Server::start_config(dir, db, triggers, Default::default()).await
+    }
+
+    /// Starts a server on `dir` with authentication options.
+    pub async fn start_auth(dir: TempDir, auth: herald::auth::AuthOptions) -> Server {
+        Server::start_config(dir, nosync(), Default::default(), auth).await
+    }
+
+    async fn start_config(
+        dir: TempDir,
+        db: DbOptions,
+        triggers: herald::triggers::TriggerOptions,
+        auth: herald::auth::AuthOptions,
+    ) -> Server {
         let config = ServeConfig {
             data: dir.path().join("data"),
             listen: "127.0.0.1:0".parse().expect("address"),
             db,
             triggers,
-            auth: Default::default(),
+            auth,
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (bound_tx, bound_rx) = oneshot::channel::<SocketAddr>();

@@ -1,0 +1,264 @@
+//! Live queries with credentials: the first-message `auth` and the bearer header, subscriptions
+//! filtered by the read rule (positions count readable documents, a document that stops being
+//! readable leaves as `remove`), renewal, expiry (`token_expired`, nothing after it), denied
+//! subscriptions that leave others alone, SSE with a bearer header, and rule changes.
+
+use super::*;
+
+#[tokio::test]
+async fn subscriptions_see_only_readable_documents_with_readable_positions() {
+    let s = secure().await;
+    admin_put(&s, "notes/a", json!({"owner": "alice", "n": 1})).await;
+    admin_put(&s, "notes/h", json!({"owner": "bob", "n": 2})).await;
+    admin_put(
+        &s,
+        "notes/p",
+        json!({"owner": "bob", "public": true, "n": 3}),
+    )
+    .await;
+    // Before authenticating, only `auth` is accepted.
+    let mut ws = ws_with(&s, &[]).await.unwrap();
+    send(
+        &mut ws,
+        json!({"op": "subscribe", "sub": "s", "collection": "notes"}),
+    )
+    .await;
+    let e = next(&mut ws).await.unwrap();
+    assert_eq!(e["code"], "unauthenticated");
+    assert!(next(&mut ws).await.is_none(), "closed");
+    let tok = token("alice", 60, json!({}));
+    let mut ws = ws_with(&s, &[]).await.unwrap();
+    send(&mut ws, json!({"op": "auth", "token": tok})).await;
+    let a = next(&mut ws).await.unwrap();
+    assert_eq!(a["type"], "auth");
+    assert_eq!(a["uid"], "alice");
+    assert!(a["expiresAt"].as_u64().unwrap() > now_s() as u64 * 1000);
+    send(
+        &mut ws,
+        json!({"op": "subscribe", "sub": "s", "collection": "notes", "sort": {"n": 1}}),
+    )
+    .await;
+    let init = next(&mut ws).await.unwrap();
+    assert_eq!(ids(&init["docs"]), ["a", "p"]);
+    // A hidden document changing sends nothing; one becoming readable arrives at its readable
+    // position; one stopping being readable leaves as remove.
+    admin_put(&s, "notes/h", json!({"owner": "bob", "n": 0})).await;
+    admin_put(
+        &s,
+        "notes/h",
+        json!({"owner": "bob", "n": 0, "public": true}),
+    )
+    .await;
+    let m = next(&mut ws).await.unwrap();
+    assert_eq!(m["type"], "changes", "{m}");
+    let c = &m["changes"][0];
+    assert_eq!(
+        (c["kind"].as_str(), c["id"].as_str(), c["newIndex"].as_i64()),
+        (Some("add"), Some("h"), Some(0)),
+        "{m}"
+    );
+    admin_put(&s, "notes/p", json!({"owner": "bob", "n": 3})).await;
+    let m = next(&mut ws).await.unwrap();
+    let c = &m["changes"][0];
+    assert_eq!(
+        (c["kind"].as_str(), c["id"].as_str(), c["oldIndex"].as_i64()),
+        (Some("remove"), Some("p"), Some(2)),
+        "{m}"
+    );
+    assert!(c.get("doc").is_none());
+    // The bearer header works as well, and hides the same documents.
+    let mut ws2 = ws_with(
+        &s,
+        &[(
+            "authorization",
+            &format!("Bearer {}", token("carol", 60, json!({}))),
+        )],
+    )
+    .await
+    .unwrap();
+    send(
+        &mut ws2,
+        json!({"op": "subscribe", "sub": "s", "collection": "notes"}),
+    )
+    .await;
+    let init = next(&mut ws2).await.unwrap();
+    assert_eq!(ids(&init["docs"]), ["h"]);
+    // A bad bearer header refuses the upgrade.
+    assert!(ws_with(&s, &[("authorization", "Bearer nope")])
+        .await
+        .is_err());
+}
+
+#[tokio::test]
+async fn a_denied_subscription_does_not_disturb_other_subscribers() {
+    let s = secure().await;
+    admin_put(&s, "notes/a", json!({"owner": "alice", "n": 1})).await;
+    let mut alice = ws_auth(&s, &token("alice", 60, json!({}))).await;
+    let mut mallory = ws_auth(&s, &token("mallory", 60, json!({}))).await;
+    send(
+        &mut alice,
+        json!({"op": "subscribe", "sub": "ok", "collection": "notes"}),
+    )
+    .await;
+    assert_eq!(next(&mut alice).await.unwrap()["type"], "initial");
+    for (sub, coll) in [("denied", "secret"), ("noclaim", "teams/t/docs")] {
+        send(
+            &mut mallory,
+            json!({"op": "subscribe", "sub": sub, "collection": coll}),
+        )
+        .await;
+        let e = next(&mut mallory).await.unwrap();
+        assert_eq!(
+            (e["sub"].as_str(), e["code"].as_str()),
+            (Some(sub), Some("permission_denied"))
+        );
+        // The same denial on alice's own connection does not end her other subscription.
+        send(
+            &mut alice,
+            json!({"op": "subscribe", "sub": sub, "collection": coll}),
+        )
+        .await;
+        assert_eq!(next(&mut alice).await.unwrap()["code"], "permission_denied");
+    }
+    send(
+        &mut mallory,
+        json!({"op": "subscribe", "sub": "bad", "collection": "notes", "filter": {"$bogus": 1}}),
+    )
+    .await;
+    assert_eq!(
+        next(&mut mallory).await.unwrap()["code"],
+        "unknown_operator"
+    );
+    admin_put(&s, "notes/a", json!({"owner": "alice", "n": 2})).await;
+    let m = next(&mut alice).await.unwrap();
+    assert_eq!(
+        (m["type"].as_str(), m["sub"].as_str()),
+        (Some("changes"), Some("ok"))
+    );
+}
+
+#[tokio::test]
+async fn an_expired_token_ends_the_connection_and_a_renewed_one_keeps_it() {
+    let s = secure().await;
+    admin_put(&s, "notes/a", json!({"owner": "alice", "n": 1})).await;
+    let short = token("alice", 2, json!({"plan": "pro"}));
+    let mut expiring = ws_auth(&s, &short).await;
+    let mut renewed = ws_auth(&s, &short).await;
+    for ws in [&mut expiring, &mut renewed] {
+        send(
+            ws,
+            json!({"op": "subscribe", "sub": "s", "collection": "notes"}),
+        )
+        .await;
+        assert_eq!(next(ws).await.unwrap()["type"], "initial");
+    }
+    // Renewal: same user and claims, later expiry.
+    send(
+        &mut renewed,
+        json!({"op": "auth", "token": token("alice", 60, json!({"plan": "pro"}))}),
+    )
+    .await;
+    let a = next(&mut renewed).await.unwrap();
+    assert_eq!(
+        (a["type"].as_str(), a["ok"].as_bool()),
+        (Some("auth"), Some(true))
+    );
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    admin_put(&s, "notes/a", json!({"owner": "alice", "n": 2})).await;
+    let e = next(&mut expiring).await.unwrap();
+    assert_eq!(e["code"], "token_expired", "{e}");
+    assert!(
+        next(&mut expiring).await.is_none(),
+        "nothing after the expiry, then closed"
+    );
+    let m = next(&mut renewed).await.unwrap();
+    assert_eq!(
+        m["type"], "changes",
+        "the renewed connection still delivers: {m}"
+    );
+    // A renewal for another user (or other claims) closes the connection.
+    send(
+        &mut renewed,
+        json!({"op": "auth", "token": token("bob", 60, json!({"plan": "pro"}))}),
+    )
+    .await;
+    assert_eq!(next(&mut renewed).await.unwrap()["code"], "unauthenticated");
+    assert!(next(&mut renewed).await.is_none());
+}
+
+#[tokio::test]
+async fn server_sent_events_need_a_bearer_and_are_filtered() {
+    let s = secure().await;
+    admin_put(&s, "notes/a", json!({"owner": "alice", "n": 1})).await;
+    admin_put(&s, "notes/h", json!({"owner": "bob", "n": 2})).await;
+    let url = s.url("/v1/subscribe?collection=notes");
+    let r = s.client.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = s
+        .client
+        .get(&url)
+        .bearer_auth(token("alice", 60, json!({})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut r = r;
+    let mut text = String::new();
+    while !text.contains("\"initial\"") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), r.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains("\"a\"") && !text.contains("\"h\""), "{text}");
+    let r = s
+        .client
+        .get(s.url("/v1/subscribe?collection=secret"))
+        .bearer_auth(token("alice", 60, json!({})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+}
+
+#[tokio::test]
+async fn changing_the_rules_closes_end_user_connections() {
+    let s = secure().await;
+    let mut ws = ws_auth(&s, &token("alice", 60, json!({}))).await;
+    send(
+        &mut ws,
+        json!({"op": "subscribe", "sub": "s", "collection": "notes"}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await.unwrap()["type"], "initial");
+    let mut admin = ws_with(&s, &[("authorization", &format!("Bearer {ADMIN_KEY}"))])
+        .await
+        .unwrap();
+    send(
+        &mut admin,
+        json!({"op": "subscribe", "sub": "s", "collection": "notes"}),
+    )
+    .await;
+    assert_eq!(next(&mut admin).await.unwrap()["type"], "initial");
+    call(
+        &s,
+        ADMIN_KEY,
+        Method::PUT,
+        "/v1/rules",
+        Some(json!({"rules": []})),
+    )
+    .await
+    .ok(200);
+    assert!(
+        next(&mut ws).await.is_none(),
+        "the end user's connection closed"
+    );
+    admin_put(&s, "notes/z", json!({"owner": "x"})).await;
+    assert_eq!(
+        next(&mut admin).await.unwrap()["type"],
+        "changes",
+        "keys are unaffected"
+    );
+}
