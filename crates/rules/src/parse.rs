@@ -200,7 +200,7 @@ fn is_name(s: &str) -> bool {
 /// `users/{uid}/posts/{postId}` -> the collection segments and the id variable.
 fn parse_pattern(p: &str) -> Result<(Vec<Seg>, String), RulesError> {
     let segs: Vec<&str> = p.split('/').collect();
-    if segs.len() % 2 != 0 || segs.len() > PATTERN_SEGMENTS_MAX {
+    if !segs.len().is_multiple_of(2) || segs.len() > PATTERN_SEGMENTS_MAX {
         return Err(bad(format!(
             "'match' must be a document path pattern (collection/{{id}}, an even number of segments up to {PATTERN_SEGMENTS_MAX}), got \"{p}\""
         )));

@@ -91,7 +91,7 @@ fn case(rules: &Rules, c: &Value) -> Result<CaseResult, TestFileError> {
     let path = s("path").ok_or_else(|| bad("'path' must be a document path"))?;
     let (collection, id) = path
         .rsplit_once('/')
-        .filter(|(c, _)| c.split('/').count() % 2 == 1)
+        .filter(|(c, _)| !c.split('/').count().is_multiple_of(2))
         .ok_or_else(|| bad(format!("'{path}' is not a document path (collection/id)")))?;
     let op = s("op").ok_or_else(|| bad("'op' must be read, create, update or delete"))?;
     let expect_allow = match s("expect") {

@@ -297,7 +297,7 @@ fn reference(
         .filter(|((c, _), d)| c == coll && ref_readable(u, coll, d))
         .map(|(_, d)| d)
         .collect();
-    q.run(readable.into_iter())
+    q.run(readable)
 }
 
 struct Sub {

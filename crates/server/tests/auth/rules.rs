@@ -88,7 +88,6 @@ async fn writes_are_checked_on_before_and_after_and_refusals_change_nothing() {
     let alice = token("alice", 60, json!({}));
     let paths = ["notes/a1", "notes/b1", "notes/b2", "notes/new", "notes/zz"];
     let snapshot = |s: &Server| {
-        let paths = paths;
         let base = s.url("");
         let client = s.client.clone();
         async move {
