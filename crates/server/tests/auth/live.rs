@@ -262,3 +262,124 @@ async fn changing_the_rules_closes_end_user_connections() {
         "keys are unaffected"
     );
 }
+
+/// Many connections with tokens expiring at different seconds while writes stream in: every
+/// change a connection receives comes from a write started before its token expired, each ends
+/// with `token_expired` and a close, and those renewed in time keep receiving.
+#[tokio::test]
+async fn no_connection_receives_data_after_its_token_expires() {
+    use std::time::{Instant, SystemTime, UNIX_EPOCH};
+    let s = secure().await;
+    admin_put(&s, "notes/w", json!({"public": true, "n": 0})).await;
+    let now_ms = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    let mut conns = Vec::new();
+    for i in 0..8 {
+        let exp = now_s() + 1 + (i % 3);
+        let claims = json!({"sub": format!("u{i}"), "exp": exp});
+        let tok = sign(
+            Algorithm::HS256,
+            &jsonwebtoken::EncodingKey::from_secret(SECRET),
+            &claims,
+        );
+        let mut ws = ws_auth(&s, &tok).await;
+        send(
+            &mut ws,
+            json!({"op": "subscribe", "sub": "s", "collection": "notes"}),
+        )
+        .await;
+        assert_eq!(next(&mut ws).await.unwrap()["type"], "initial");
+        let renew = i % 4 == 3;
+        if renew {
+            let tok = token(&format!("u{i}"), 60, json!({}));
+            send(&mut ws, json!({"op": "auth", "token": tok})).await;
+            assert_eq!(next(&mut ws).await.unwrap()["type"], "auth");
+        }
+        // The expiry as an Instant on this machine's clock (the server's too).
+        let left = Duration::from_millis((exp * 1000 - now_ms()).max(0) as u64);
+        conns.push((ws, Instant::now() + left, renew));
+    }
+    // Writes for 4.5 s, each remembered with the instant it was started.
+    let writer = {
+        let client = s.client.clone();
+        let url = s.url("/v1/docs/notes/w");
+        tokio::spawn(async move {
+            let mut started = std::collections::BTreeMap::new();
+            let t0 = Instant::now();
+            let mut n = 0;
+            while t0.elapsed() < Duration::from_millis(4500) {
+                n += 1;
+                let at = Instant::now();
+                let r: Value = client
+                    .put(&url)
+                    .bearer_auth(ADMIN_KEY)
+                    .json(&json!({"public": true, "n": n}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                started.insert(r["seq"].as_u64().unwrap(), at);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            started
+        })
+    };
+    let mut readers = Vec::new();
+    for (mut ws, expiry, renew) in conns {
+        readers.push(tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            let mut expired = false;
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(5) {
+                let m = match tokio::time::timeout(Duration::from_millis(500), next(&mut ws)).await
+                {
+                    Ok(Some(m)) => m,
+                    Ok(None) => break,
+                    Err(_) => continue,
+                };
+                match m["type"].as_str() {
+                    Some("changes") => {
+                        assert!(!expired, "data after token_expired");
+                        seqs.push(m["seq"].as_u64().unwrap());
+                    }
+                    Some("error") => {
+                        assert_eq!(m["code"], "token_expired", "{m}");
+                        expired = true;
+                    }
+                    _ => {}
+                }
+            }
+            (seqs, expiry, renew, expired)
+        }));
+    }
+    let started = writer.await.unwrap();
+    for r in readers {
+        let (seqs, expiry, renew, expired) = r.await.unwrap();
+        assert!(
+            !seqs.is_empty(),
+            "every connection received changes before expiring"
+        );
+        if renew {
+            assert!(!expired, "a renewed connection does not expire");
+            assert!(
+                started[seqs.last().unwrap()] > expiry,
+                "and keeps receiving past the old expiry"
+            );
+            continue;
+        }
+        assert!(expired, "told token_expired");
+        for s in &seqs {
+            assert!(
+                started[s] < expiry + Duration::from_millis(20),
+                "change {s} was written {:?} after the token expired",
+                started[s] - expiry
+            );
+        }
+    }
+}
