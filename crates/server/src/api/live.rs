@@ -127,6 +127,24 @@ impl Conn {
     }
 }
 
+/// An end user's list up to a seq before the last rules change was built under other rules, so
+/// it cannot be continued: such a resume becomes `reset` and a fresh `initial`.
+fn resumable(
+    st: &AppState,
+    principal: &Principal,
+    resume_from: Option<u64>,
+    sub: &str,
+    sink: &dyn Sink,
+) -> Option<u64> {
+    let r = resume_from?;
+    if principal.user().is_some() && r <= st.auth.rules_seq() {
+        let reason = "the security rules changed since that seq; here is a fresh result";
+        sink.send(json!({"type": "reset", "sub": sub, "reason": reason}));
+        return None;
+    }
+    Some(r)
+}
+
 /// Parses a subscription's query parts into an engine request (without sink).
 fn subscription(m: &Map<String, Value>) -> Result<(String, Query, String), ApiError> {
     let collection = m
@@ -585,6 +603,7 @@ fn subscription_message(
                 Ok(x) => x,
                 Err(e) => return Some(error_msg(Some(&sub), &e)),
             };
+            let resume_from = resumable(st, principal, resume_from, &sub, &*conn.sink);
             let req = SubscribeRequest {
                 sub: sub.clone(),
                 collection,
@@ -678,6 +697,7 @@ pub async fn sse(
         .and_then(|s| s.trim().parse::<u64>().ok());
     let resume_from = header_resume.or_else(|| m.get("resumeFrom").and_then(Value::as_u64));
     let conn = Conn::new(&st);
+    let resume_from = resumable(&st, &principal, resume_from, "sse", &*conn.sink);
     let req = SubscribeRequest {
         sub: "sse".into(),
         collection,

@@ -81,6 +81,9 @@ pub struct Auth {
     /// Bumped when the rules change: end-user live connections close then, so no subscription
     /// keeps a read filter the new rules would not give.
     rules_epoch: tokio::sync::watch::Sender<u64>,
+    /// The commit seq when the rules last changed (0: not since start; an end user's resume from
+    /// a seq at or before it starts afresh, since the list was built under other rules).
+    rules_seq: std::sync::atomic::AtomicU64,
     pub allowed_origins: Option<Vec<String>>,
 }
 
@@ -97,16 +100,20 @@ impl Auth {
         let enabled = opts.enabled();
         let verifier = Verifier::new(opts.jwt_secret.as_deref(), opts.jwt_public_keys.as_deref())?;
         let keys = KeyStore::load(db).map_err(|e| format!("loading API keys: {e}"))?;
+        let stored = db
+            .system_get(RULES_RECORD)
+            .map_err(|e| format!("loading the rules: {e}"))?;
+        let rules_given = opts
+            .rules
+            .as_ref()
+            .is_some_and(|r| Some(r.source()) != stored.as_ref());
         let rules = match opts.rules {
             Some(r) => {
                 db.system_put(RULES_RECORD, Some(r.source().clone()))
                     .map_err(|e| format!("storing the rules: {e}"))?;
                 r
             }
-            None => match db
-                .system_get(RULES_RECORD)
-                .map_err(|e| format!("loading the rules: {e}"))?
-            {
+            None => match stored {
                 Some(v) => Rules::parse(&v).map_err(|e| format!("the stored rules: {e}"))?,
                 None => Rules::default(),
             },
@@ -123,6 +130,8 @@ impl Auth {
             keys,
             rules: RwLock::new(Arc::new(rules)),
             rules_epoch: tokio::sync::watch::Sender::new(0),
+            // Rules given at start may differ from those of a list built before the restart.
+            rules_seq: std::sync::atomic::AtomicU64::new(if rules_given { db.seq() } else { 0 }),
             allowed_origins: opts.allowed_origins,
         })
     }
@@ -172,8 +181,15 @@ impl Auth {
         let mut cur = self.rules.write().expect("rules lock");
         db.system_put(RULES_RECORD, Some(rules.source().clone()))?;
         *cur = Arc::new(rules);
+        self.rules_seq
+            .store(db.seq(), std::sync::atomic::Ordering::Release);
         self.rules_epoch.send_modify(|e| *e += 1);
         Ok(())
+    }
+
+    /// The commit seq at the last rules change.
+    pub fn rules_seq(&self) -> u64 {
+        self.rules_seq.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Changes when the rules are replaced.
