@@ -808,3 +808,48 @@ fn async_stream(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::subscription;
+    use crate::api::query::restrict_with;
+    use crate::auth::UserAuth;
+    use herald_rules::{AuthCtx, Rules};
+    use serde_json::{json, Map, Value};
+
+    fn user(uid: &str, org: &str) -> UserAuth {
+        let claims = json!({"sub": uid, "org": org});
+        UserAuth {
+            ctx: AuthCtx {
+                uid: uid.into(),
+                claims: claims.as_object().unwrap().clone(),
+            },
+            expires_at_ms: u64::MAX,
+        }
+    }
+
+    /// The sharing key of a user's subscription (the engine shares one view per key).
+    fn key(rules: &Rules, u: &UserAuth, collection: &str) -> String {
+        let mut m: Map<String, Value> = json!({"collection": collection, "filter": {"n": {"$gt": 1}}, "sort": {"n": 1}, "limit": 5})
+            .as_object()
+            .unwrap()
+            .clone();
+        restrict_with(rules, &mut m, collection, u).unwrap();
+        subscription(&m).unwrap().2
+    }
+
+    #[test]
+    fn users_with_the_same_substituted_rule_share_a_view_and_others_do_not() {
+        let rules = Rules::parse(&json!({"rules": [
+            {"match": "orgs/{o}/docs/{d}", "read": {"org": "$$auth.claims.org"}},
+            {"match": "notes/{n}", "read": {"owner": "$$auth.uid"}}
+        ]}))
+        .unwrap();
+        let (a, b, c) = (user("a", "acme"), user("b", "acme"), user("c", "other"));
+        let docs = "orgs/x/docs";
+        assert_eq!(key(&rules, &a, docs), key(&rules, &b, docs));
+        assert_ne!(key(&rules, &a, docs), key(&rules, &c, docs));
+        assert_ne!(key(&rules, &a, "notes"), key(&rules, &b, "notes"));
+        assert!(key(&rules, &a, docs).contains("acme"));
+    }
+}

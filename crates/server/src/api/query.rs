@@ -80,11 +80,19 @@ pub fn restrict(
     collection: &str,
     user: &crate::auth::UserAuth,
 ) -> Result<(), ApiError> {
+    restrict_with(&st.auth.rules(), m, collection, user)
+}
+
+/// [`restrict`] with the given rules.
+pub fn restrict_with(
+    rules: &herald_rules::Rules,
+    m: &mut serde_json::Map<String, Value>,
+    collection: &str,
+    user: &crate::auth::UserAuth,
+) -> Result<(), ApiError> {
     herald_db::check_collection(collection)?;
     query_of(m)?;
-    let rule = st
-        .auth
-        .rules()
+    let rule = rules
         .read_filter(collection, &user.ctx)
         .map_err(crate::api::auth::read_denied)?;
     let combined = herald_rules::and_filters(m.get("filter"), rule);
