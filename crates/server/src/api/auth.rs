@@ -252,7 +252,7 @@ pub async fn revoke_key(
 ) -> ApiResult<Json<Value>> {
     let st2 = st.clone();
     let id2 = id.clone();
-    if blocking(move || st2.auth.keys.revoke(&st2.db, &id2)).await? {
+    if blocking(move || st2.auth.revoke_key(&st2.db, &id2)).await? {
         Ok(Json(json!({"revoked": id})))
     } else {
         Err(ApiError::new(

@@ -203,11 +203,11 @@ pub async fn ws(
     }
     // A bearer header authenticates now; without one, the first message must.
     let principal = match bearer(&headers) {
-        Some(_) => match principal_of(&st, &headers) {
-            Ok(p) => Some(p),
+        Some(cred) => match principal_of(&st, &headers) {
+            Ok(p) => Some((p, Some(cred.to_string()))),
             Err(e) => return e.into_response(),
         },
-        None if !st.auth.enabled() => Some(Principal::Open),
+        None if !st.auth.enabled() => Some((Principal::Open, None)),
         None => None,
     };
     upgrade
@@ -248,10 +248,16 @@ struct Session {
     principal: Option<Principal>,
     /// When the end user's token expires (`None`: keys, open mode, or not yet authenticated).
     expires: Option<tokio::time::Instant>,
+    /// The API key the connection authenticated with, re-checked when a key is revoked.
+    key: Option<String>,
 }
 
 impl Session {
-    fn set(&mut self, p: Principal) {
+    fn set(&mut self, p: Principal, credential: Option<&str>) {
+        self.key = match p {
+            Principal::Admin | Principal::Service => credential.map(str::to_string),
+            Principal::Open | Principal::User(_) => None,
+        };
         self.expires = p.user().map(|u| {
             let left = u.expires_at_ms.saturating_sub(now_ms());
             tokio::time::Instant::now() + Duration::from_millis(left)
@@ -298,20 +304,26 @@ async fn close(socket: &mut WebSocket, reason: &'static str) {
     let _ = socket.send(Message::Close(Some(frame))).await;
 }
 
-async fn run_ws(st: AppState, mut socket: WebSocket, principal: Option<Principal>) {
+async fn run_ws(
+    st: AppState,
+    mut socket: WebSocket,
+    principal: Option<(Principal, Option<String>)>,
+) {
     let mut conn = Conn::new(&st);
     let mut subs: HashSet<String> = HashSet::new();
     let mut session = Session {
         principal: None,
         expires: None,
+        key: None,
     };
-    if let Some(p) = principal {
-        session.set(p);
+    if let Some((p, credential)) = principal {
+        session.set(p, credential.as_deref());
     }
     let opened = tokio::time::Instant::now();
     let mut last_client = opened;
     let mut rate = RateLimit::new();
     let mut rules_changed = st.auth.rules_changed();
+    let mut keys_changed = st.auth.keys_changed();
     let mut idle = tokio::time::interval(HEARTBEAT);
     idle.reset();
     let far = Duration::from_secs(365 * 24 * 3600);
@@ -342,6 +354,15 @@ async fn run_ws(st: AppState, mut socket: WebSocket, principal: Option<Principal
                 if changed.is_ok() {
                     st.live.disconnect(conn.id);
                     close(&mut socket, "the security rules changed; reconnect").await;
+                    break;
+                }
+            }
+            changed = keys_changed.changed(), if session.key.is_some() => {
+                if changed.is_ok() && st.auth.authenticate(session.key.as_deref()).is_err() {
+                    st.live.disconnect(conn.id);
+                    let e = ApiError::new("unauthenticated", "the connection's API key was revoked");
+                    let _ = send_json(&mut socket, &error_msg(None, &e)).await;
+                    close(&mut socket, "API key revoked").await;
                     break;
                 }
             }
@@ -462,7 +483,7 @@ fn auth_message(
         Principal::User(u) => (json!(u.ctx.uid), json!(u.expires_at_ms)),
         _ => (Value::Null, Value::Null),
     };
-    session.set(p);
+    session.set(p, Some(token));
     (
         Some(json!({"type": "auth", "ok": true, "uid": uid, "expiresAt": expires_at})),
         Next::Continue,
@@ -714,9 +735,15 @@ pub async fn sse(
         live: live.clone(),
         conn: conn.id,
     };
-    // An end user's stream ends when the rules change (the client reconnects under the new ones).
-    let rules_changed = principal.user().map(|_| st.auth.rules_changed());
-    let stream = async_stream((live, conn, guard, rules_changed), expires);
+    // An end user's stream ends when the rules change (the client reconnects under the new
+    // ones); a key's stream ends when that key is revoked.
+    let watch = match &principal {
+        Principal::User(_) => Some(Watch::Rules(st.auth.rules_changed())),
+        Principal::Admin | Principal::Service => bearer(&headers)
+            .map(|k| Watch::Key(st.auth.keys_changed(), k.to_string(), st.auth.clone())),
+        Principal::Open => None,
+    };
+    let stream = async_stream((live, conn, guard, watch), expires);
     Sse::new(stream).into_response()
 }
 
@@ -733,13 +760,44 @@ impl Drop for DisconnectOnDrop {
 
 type EventResult = Result<Event, std::convert::Infallible>;
 
-/// An SSE stream's state: the engine, the connection, its disconnect guard, and (for an end
-/// user) the rules-change watch.
+/// What ends an SSE stream besides the client: a rules change (end users) or the revocation of
+/// its API key.
+enum Watch {
+    Rules(tokio::sync::watch::Receiver<u64>),
+    Key(
+        tokio::sync::watch::Receiver<u64>,
+        String,
+        std::sync::Arc<crate::auth::Auth>,
+    ),
+}
+
+impl Watch {
+    /// Resolves with the event that ends the stream.
+    async fn ended(&mut self) -> Value {
+        match self {
+            Watch::Rules(rx) => {
+                let _ = rx.changed().await;
+                json!({"type": "reset", "sub": "sse", "reason": "the security rules changed; reconnect"})
+            }
+            Watch::Key(rx, key, auth) => loop {
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                if auth.authenticate(Some(key)).is_err() {
+                    return json!({"type": "error", "sub": "sse", "code": "unauthenticated",
+                        "message": "the stream's API key was revoked"});
+                }
+            },
+        }
+    }
+}
+
+/// An SSE stream's state: the engine, the connection, its disconnect guard, and its watch.
 type SseState = (
     herald_db::live::LiveEngine,
     Conn,
     DisconnectOnDrop,
-    Option<tokio::sync::watch::Receiver<u64>>,
+    Option<Watch>,
 );
 
 fn event(msg: &Value) -> Event {
@@ -762,7 +820,7 @@ fn async_stream(
         Event::default().data(msg.to_string())
     };
     futures_util::stream::unfold(Some(state), move |state| async move {
-        let (live, mut conn, guard, mut rules_changed) = state?;
+        let (live, mut conn, guard, mut watch) = state?;
         let far = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
         let expiry = expires.unwrap_or(far);
         if tokio::time::Instant::now() >= expiry {
@@ -777,15 +835,14 @@ fn async_stream(
             _ = tokio::time::sleep_until(expiry) => {
                 Some((Ok(expiry_msg()), None))
             }
-            _ = async { rules_changed.as_mut().expect("guarded").changed().await }, if rules_changed.is_some() => {
-                let msg = json!({"type": "reset", "sub": "sse", "reason": "the security rules changed; reconnect"});
+            msg = async { watch.as_mut().expect("guarded").ended().await }, if watch.is_some() => {
                 Some((Ok(Event::default().data(msg.to_string())), None))
             }
             out = conn.rx.recv() => {
                 let msg = out?;
                 conn.note(&msg);
                 let ev = event(&msg);
-                Some((Ok(ev), Some((live, conn, guard, rules_changed))))
+                Some((Ok(ev), Some((live, conn, guard, watch))))
             }
             _ = conn.wake.notified() => {
                 let msg = json!({"type": "reset", "sub": "sse", "reason": SLOW_CONSUMER});
@@ -797,11 +854,11 @@ fn async_stream(
                     Ok(msg) => {
                         conn.note(&msg);
                         let ev = event(&msg);
-                        Some((Ok(ev), Some((live, conn, guard, rules_changed))))
+                        Some((Ok(ev), Some((live, conn, guard, watch))))
                     }
                     Err(_) => {
                         let hb = conn.heartbeat(seq);
-                        Some((Ok(event(&hb)), Some((live, conn, guard, rules_changed))))
+                        Some((Ok(event(&hb)), Some((live, conn, guard, watch))))
                     }
                 }
             }

@@ -81,6 +81,8 @@ pub struct Auth {
     /// Bumped when the rules change: end-user live connections close then, so no subscription
     /// keeps a read filter the new rules would not give.
     rules_epoch: tokio::sync::watch::Sender<u64>,
+    /// Bumped when an API key is revoked: live connections opened with a key re-check it.
+    keys_epoch: tokio::sync::watch::Sender<u64>,
     /// The commit seq when the rules last changed (0: not since start; an end user's resume from
     /// a seq at or before it starts afresh, since the list was built under other rules).
     rules_seq: std::sync::atomic::AtomicU64,
@@ -130,6 +132,7 @@ impl Auth {
             keys,
             rules: RwLock::new(Arc::new(rules)),
             rules_epoch: tokio::sync::watch::Sender::new(0),
+            keys_epoch: tokio::sync::watch::Sender::new(0),
             // Rules given at start may differ from those of a list built before the restart.
             rules_seq: std::sync::atomic::AtomicU64::new(if rules_given { db.seq() } else { 0 }),
             allowed_origins: opts.allowed_origins,
@@ -185,6 +188,20 @@ impl Auth {
             .store(db.seq(), std::sync::atomic::Ordering::Release);
         self.rules_epoch.send_modify(|e| *e += 1);
         Ok(())
+    }
+
+    /// Revokes an API key (blocks on the durable write); live connections opened with it close.
+    pub fn revoke_key(&self, db: &Db, id: &str) -> Result<bool, DbError> {
+        let revoked = self.keys.revoke(db, id)?;
+        if revoked {
+            self.keys_epoch.send_modify(|e| *e += 1);
+        }
+        Ok(revoked)
+    }
+
+    /// Changes when an API key is revoked.
+    pub fn keys_changed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.keys_epoch.subscribe()
     }
 
     /// The commit seq at the last rules change.

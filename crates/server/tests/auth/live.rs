@@ -383,3 +383,75 @@ async fn no_connection_receives_data_after_its_token_expires() {
         }
     }
 }
+
+#[tokio::test]
+async fn revoking_a_key_closes_the_live_connections_opened_with_it() {
+    let s = secure().await;
+    let mk = || {
+        call(
+            &s,
+            ADMIN_KEY,
+            Method::POST,
+            "/v1/keys",
+            Some(json!({"role": "service"})),
+        )
+    };
+    let created = mk().await.ok(201);
+    let (id, key) = (
+        created["id"].as_str().unwrap().to_string(),
+        created["key"].as_str().unwrap().to_string(),
+    );
+    let other = mk().await.ok(201)["key"].as_str().unwrap().to_string();
+    let mut by_header = ws_with(&s, &[("authorization", &format!("Bearer {key}"))])
+        .await
+        .unwrap();
+    let mut by_message = ws_with(&s, &[]).await.unwrap();
+    send(&mut by_message, json!({"op": "auth", "token": key})).await;
+    let a = next(&mut by_message).await.unwrap();
+    assert_eq!((a["ok"].as_bool(), &a["uid"]), (Some(true), &Value::Null));
+    let mut unaffected = ws_with(&s, &[("authorization", &format!("Bearer {other}"))])
+        .await
+        .unwrap();
+    for ws in [&mut by_header, &mut by_message, &mut unaffected] {
+        send(
+            ws,
+            json!({"op": "subscribe", "sub": "s", "collection": "secret"}),
+        )
+        .await;
+        assert_eq!(next(ws).await.unwrap()["type"], "initial");
+    }
+    let mut sse = s
+        .client
+        .get(s.url("/v1/subscribe?collection=secret"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sse.status(), 200);
+    call(
+        &s,
+        ADMIN_KEY,
+        Method::DELETE,
+        &format!("/v1/keys/{id}"),
+        None,
+    )
+    .await
+    .ok(200);
+    for ws in [&mut by_header, &mut by_message] {
+        assert_eq!(next(ws).await.unwrap()["code"], "unauthenticated");
+        assert!(next(ws).await.is_none());
+    }
+    let mut text = String::new();
+    while let Ok(Some(chunk)) = tokio::time::timeout(Duration::from_secs(10), sse.chunk())
+        .await
+        .unwrap()
+    {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(
+        text.contains("revoked"),
+        "the stream ended with the reason: {text}"
+    );
+    admin_put(&s, "secret/x", json!({"n": 1})).await;
+    assert_eq!(next(&mut unaffected).await.unwrap()["type"], "changes");
+}
