@@ -118,6 +118,8 @@ pub struct WriteEffect<'a> {
     pub id: &'a str,
     pub before: Option<&'a Value>,
     pub after: Option<&'a Value>,
+    /// The version of `before` (0 when absent).
+    pub before_version: u64,
 }
 
 /// Checks a transaction's effects (one per write, in order) before it commits; an error fails
@@ -135,12 +137,20 @@ pub(crate) fn effects(outcome: &CommitOutcome) -> Vec<WriteEffect<'_>> {
         .enumerate()
         .map(|(index, r)| {
             let change = r.op.and_then(|_| changes.next());
+            let before_version = match change {
+                Some(c) if c.before.is_some() => match c.op {
+                    ChangeOp::Delete => c.version,
+                    _ => c.version - 1,
+                },
+                _ => 0,
+            };
             WriteEffect {
                 index,
                 collection: &r.collection,
                 id: &r.id,
                 before: change.and_then(|c| c.before.as_ref()),
                 after: change.and_then(|c| c.after.as_ref()),
+                before_version,
             }
         })
         .collect()

@@ -469,6 +469,7 @@ fn a_write_guard_sees_each_write_and_its_refusal_applies_nothing() {
                 e.id.to_string(),
                 e.before.cloned(),
                 e.after.cloned(),
+                e.before_version,
             ));
         }
         if effects
@@ -506,14 +507,15 @@ fn a_write_guard_sees_each_write_and_its_refusal_applies_nothing() {
     assert_eq!(db.seq(), seq, "a refused transaction takes no seq");
     assert_eq!(db.get("c", "a").unwrap().unwrap().doc["n"], json!(1));
     let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen[0], (0, "missing".into(), None, None));
+    assert_eq!(seen[0], (0, "missing".into(), None, None, 0));
     assert_eq!(
         seen[1],
         (
             1,
             "a".into(),
             Some(json!({"_id": "a", "n": 1})),
-            Some(json!({"_id": "a", "n": 99}))
+            Some(json!({"_id": "a", "n": 99})),
+            1
         )
     );
     // Allowed: applies normally.

@@ -11,7 +11,7 @@
 //! One case is one compared outcome. `HERALD_AUTH_MODEL_CASES` sets the total (default
 //! 100,000; 1,000,000 with `HERALD_SLOW=1`).
 
-use herald::api::auth::{needs_existing, rules_guard};
+use herald::api::auth::{for_guard, rules_guard};
 use herald::auth::UserAuth;
 use herald_db::live::LiveView;
 use herald_db::{Db, DbError, DbOptions, Durability, Write};
@@ -132,6 +132,8 @@ enum Answer {
     Denied,
     NotFound,
     AlreadyExists,
+    /// With the actual version reported.
+    VersionConflict(u64),
 }
 
 fn fields_ok(before: Option<&Value>, after: &Value) -> bool {
@@ -145,43 +147,39 @@ fn fields_ok(before: Option<&Value>, after: &Value) -> bool {
             .all(|k| allowed.contains(&k.as_str()) || a.contains_key(k))
 }
 
-/// Reference write rule: the answer for a write of `kind` with these images.
+/// Reference write rule: the answer for write `w` with these images. A document the user may
+/// not read counts as absent: every answer about it is the answer for a missing one.
 fn ref_write(
     u: &User,
     coll: &str,
     w: &Write,
     before: Option<&Value>,
+    before_version: u64,
     after: Option<&Value>,
 ) -> Answer {
     let uid = json!(u.uid);
-    match w {
-        Write::Insert { .. } if before.is_some() => {
-            return if ref_readable(u, coll, before.unwrap()) {
-                Answer::AlreadyExists
-            } else {
-                Answer::Denied
-            }
-        }
-        Write::Update { upsert: false, .. } if before.is_none() => return Answer::NotFound,
-        _ => {}
-    }
-    if coll == "secret" {
-        return Answer::Denied;
-    }
-    let must_exist = matches!(
-        w,
-        Write::Delete { .. } | Write::Update { upsert: false, .. }
-    );
-    let hidden = match before {
-        Some(b) => !ref_readable(u, coll, b),
-        None => after.is_none(),
+    let hidden = before.is_some_and(|b| !ref_readable(u, coll, b));
+    let absent = before.is_none() || hidden;
+    let (must_exist, insert, if_version) = match w {
+        Write::Insert { .. } => (false, true, None),
+        Write::Put { if_version, .. } => (false, false, *if_version),
+        Write::Update {
+            upsert, if_version, ..
+        } => (!upsert, false, *if_version),
+        Write::Delete { if_version, .. } => (true, false, *if_version),
     };
-    if hidden {
-        return if must_exist {
-            Answer::NotFound
-        } else {
-            Answer::Denied
-        };
+    if absent && must_exist {
+        return Answer::NotFound;
+    }
+    let actual = if absent { 0 } else { before_version };
+    if if_version.is_some_and(|x| x != actual) {
+        return Answer::VersionConflict(actual);
+    }
+    if insert && !absent {
+        return Answer::AlreadyExists;
+    }
+    if hidden || coll == "secret" {
+        return Answer::Denied;
     }
     let level_ok = |d: &Value| match (u.level, int(d, "level")) {
         (Some(max), Some(l)) => l <= max,
@@ -378,6 +376,10 @@ fn answer_of(
                 "permission_denied" => Answer::Denied,
                 "not_found" => Answer::NotFound,
                 "already_exists" => Answer::AlreadyExists,
+                "version_conflict" => match e {
+                    DbError::VersionConflict { actual, .. } => Answer::VersionConflict(actual),
+                    _ => unreachable!(),
+                },
                 other => panic!("unexpected error {other}: {e}"),
             },
             None,
@@ -407,6 +409,7 @@ fn every_outcome_matches_the_reference_rules() {
         let mut rng = StdRng::seed_from_u64(scenario);
         // Each scenario has its own collections' documents: clear them as admin.
         let mut store: BTreeMap<(String, String), Value> = BTreeMap::new();
+        let mut versions: BTreeMap<(String, String), u64> = BTreeMap::new();
         let mut wipe = Vec::new();
         for c in COLLECTIONS {
             for i in 0..6 {
@@ -427,6 +430,7 @@ fn every_outcome_matches_the_reference_rules() {
                     doc.insert("_id".into(), json!(id));
                     doc.extend(random_body(&mut rng).as_object().unwrap().clone());
                     store.insert((c.to_string(), id.clone()), Value::Object(doc.clone()));
+                    versions.insert((c.to_string(), id.clone()), 1);
                     seed.push(Write::Put {
                         collection: c.into(),
                         id,
@@ -458,12 +462,21 @@ fn every_outcome_matches_the_reference_rules() {
             let user = users[rng.gen_range(0..users.len())].clone();
             let coll = COLLECTIONS[rng.gen_range(0..COLLECTIONS.len())];
             let id = format!("d{}", rng.gen_range(0..6));
+            let key = (coll.to_string(), id.clone());
+            let before_version = versions.get(&key).copied().unwrap_or(0);
+            let if_version = match rng.gen_range(0..10) {
+                0 => Some(before_version),
+                1 => Some(before_version + 1),
+                2 => Some(0),
+                3 => Some(rng.gen_range(0..3)),
+                _ => None,
+            };
             let w = match rng.gen_range(0..4) {
                 0 => Write::Put {
                     collection: coll.into(),
                     id: id.clone(),
                     doc: random_body(&mut rng),
-                    if_version: None,
+                    if_version,
                 },
                 1 => Write::Insert {
                     collection: coll.into(),
@@ -475,15 +488,14 @@ fn every_outcome_matches_the_reference_rules() {
                     id: id.clone(),
                     update: Update::parse(&random_update(&mut rng)).unwrap(),
                     upsert: rng.gen_bool(0.3),
-                    if_version: None,
+                    if_version,
                 },
                 _ => Write::Delete {
                     collection: coll.into(),
                     id: id.clone(),
-                    if_version: None,
+                    if_version,
                 },
             };
-            let key = (coll.to_string(), id.clone());
             let before = store.get(&key).cloned();
             let after = match &w {
                 Write::Put { doc, .. } | Write::Insert { doc, .. } => {
@@ -499,25 +511,23 @@ fn every_outcome_matches_the_reference_rules() {
                 },
                 Write::Delete { .. } => None,
             };
-            let want = ref_write(&user, coll, &w, before.as_ref(), after.as_ref());
-            // The server's path: the same guard and the same already-exists rule.
-            let writes = vec![w.clone()];
-            let guard = rules_guard(rules.clone(), user.auth(), needs_existing(&writes));
-            let mut got = answer_of(
+            let want = ref_write(
+                &user,
+                coll,
+                &w,
+                before.as_ref(),
+                before_version,
+                after.as_ref(),
+            );
+            // The server's path: the same preparation and guard.
+            let (writes, meta) = for_guard(vec![w.clone()]);
+            let guard = rules_guard(rules.clone(), user.auth(), meta);
+            let got = answer_of(
                 db.try_submit_guarded(writes, guard)
                     .unwrap()
                     .wait()
                     .map_err(DbError::from),
             );
-            if got.0 == Answer::AlreadyExists {
-                let existing = db.get(coll, &id).unwrap().unwrap();
-                if rules
-                    .can_read(coll, &existing.doc, &user.auth().ctx)
-                    .is_err()
-                {
-                    got.0 = Answer::Denied;
-                }
-            }
             assert_eq!(
                 got.0, want,
                 "scenario {scenario}: {} {w:?} on {before:?} -> {after:?}",
@@ -534,8 +544,15 @@ fn every_outcome_matches_the_reference_rules() {
             applied += 1;
             assert_eq!(stored, after, "scenario {scenario}: {coll}/{id}");
             match &after {
-                Some(a) => store.insert(key.clone(), a.clone()),
-                None => store.remove(&key),
+                Some(a) => {
+                    store.insert(key.clone(), a.clone());
+                    versions.insert(key.clone(), before_version + 1);
+                    assert_eq!(out.results[0].version, before_version + 1);
+                }
+                None => {
+                    store.remove(&key);
+                    versions.remove(&key);
+                }
             };
             if out.changes.is_empty() {
                 continue;

@@ -97,47 +97,167 @@ pub fn read_denied(d: Denial) -> ApiError {
     )
 }
 
-/// A guard that checks every write of a transaction against `rules` for `user`, inside the
-/// storage job (so on the exact before-image). `needs_existing[i]`: write `i` is an update
-/// without upsert or a delete, whose answer for a hidden document must be that of a missing one.
-pub fn rules_guard(
-    rules: Arc<Rules>,
-    user: Arc<UserAuth>,
-    needs_existing: Vec<bool>,
-) -> WriteGuard {
+/// What the guard must know of each write besides its effect, taken off the write before it
+/// is submitted: for an end user the database checks neither `ifVersion` nor insert-ness, so
+/// that the guard can answer for a hidden document exactly as for a missing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteMeta {
+    /// An update without upsert or a delete: its document must exist.
+    pub needs_existing: bool,
+    /// An insert: its document must not exist.
+    pub insert: bool,
+    /// The `ifVersion` precondition.
+    pub if_version: Option<u64>,
+}
+
+/// Prepares an end user's writes: returns each write's [`WriteMeta`] and the writes with the
+/// preconditions the guard takes over removed (an insert with an id becomes a put, checked by
+/// the guard to replace nothing; `ifVersion` is cleared).
+pub fn for_guard(writes: Vec<Write>) -> (Vec<Write>, Vec<WriteMeta>) {
+    writes
+        .into_iter()
+        .map(|w| match w {
+            Write::Insert {
+                collection,
+                id,
+                doc,
+            } => {
+                // The id is the given one or the document's `_id`; only a generated id is
+                // certainly free.
+                let meta = WriteMeta {
+                    needs_existing: false,
+                    insert: true,
+                    if_version: None,
+                };
+                match id.or_else(|| doc.get("_id").and_then(Value::as_str).map(str::to_string)) {
+                    Some(id) => (
+                        Write::Put {
+                            collection,
+                            id,
+                            doc,
+                            if_version: None,
+                        },
+                        meta,
+                    ),
+                    None => (
+                        Write::Insert {
+                            collection,
+                            id: None,
+                            doc,
+                        },
+                        meta,
+                    ),
+                }
+            }
+            Write::Put {
+                collection,
+                id,
+                doc,
+                if_version,
+            } => (
+                Write::Put {
+                    collection,
+                    id,
+                    doc,
+                    if_version: None,
+                },
+                WriteMeta {
+                    needs_existing: false,
+                    insert: false,
+                    if_version,
+                },
+            ),
+            Write::Update {
+                collection,
+                id,
+                update,
+                upsert,
+                if_version,
+            } => (
+                Write::Update {
+                    collection,
+                    id,
+                    update,
+                    upsert,
+                    if_version: None,
+                },
+                WriteMeta {
+                    needs_existing: !upsert,
+                    insert: false,
+                    if_version,
+                },
+            ),
+            Write::Delete {
+                collection,
+                id,
+                if_version,
+            } => (
+                Write::Delete {
+                    collection,
+                    id,
+                    if_version: None,
+                },
+                WriteMeta {
+                    needs_existing: true,
+                    insert: false,
+                    if_version,
+                },
+            ),
+        })
+        .unzip()
+}
+
+/// A guard that checks every write of an end user's transaction inside the storage job (so on
+/// the exact before-image): preconditions, then the rules. A document the user may not read
+/// counts as absent, so every answer about it (`not_found`, `version_conflict` with actual 0,
+/// a refused create) is the answer for a missing document.
+pub fn rules_guard(rules: Arc<Rules>, user: Arc<UserAuth>, meta: Vec<WriteMeta>) -> WriteGuard {
     Arc::new(move |effects| {
         for e in effects {
-            if let Err(d) = rules.check_write(e.collection, e.before, e.after, &user.ctx) {
-                let hidden_as_missing = d == Denial::Hidden && needs_existing[e.index];
-                return Err(if hidden_as_missing {
-                    DbError::NotFound {
-                        collection: e.collection.to_string(),
-                        id: e.id.to_string(),
-                    }
-                } else {
-                    DbError::Rejected {
-                        code: "permission_denied",
-                        message: format!("write {}: {WRITE_DENIED}", e.index),
-                        index: e.index,
-                    }
+            let m = meta[e.index];
+            let hidden = e
+                .before
+                .is_some_and(|b| rules.can_read(e.collection, b, &user.ctx).is_err());
+            let absent = e.before.is_none() || hidden;
+            let denied = || DbError::Rejected {
+                code: "permission_denied",
+                message: format!("write {}: {WRITE_DENIED}", e.index),
+                index: e.index,
+            };
+            if absent && m.needs_existing {
+                return Err(DbError::NotFound {
+                    collection: e.collection.to_string(),
+                    id: e.id.to_string(),
                 });
+            }
+            let actual = if absent { 0 } else { e.before_version };
+            if let Some(expected) = m.if_version.filter(|x| *x != actual) {
+                return Err(DbError::VersionConflict {
+                    index: e.index,
+                    collection: e.collection.to_string(),
+                    id: e.id.to_string(),
+                    expected,
+                    actual,
+                });
+            }
+            if m.insert && !absent {
+                return Err(DbError::AlreadyExists {
+                    collection: e.collection.to_string(),
+                    id: e.id.to_string(),
+                });
+            }
+            if hidden {
+                return Err(denied());
+            }
+            if rules
+                .check_write(e.collection, e.before, e.after, &user.ctx)
+                .is_err()
+            {
+                return Err(denied());
             }
         }
         Ok(())
     })
-}
-
-/// Which writes of a transaction require their document to exist (update without upsert,
-/// delete): for those, a hidden document answers `not_found` like a missing one.
-pub fn needs_existing(writes: &[Write]) -> Vec<bool> {
-    writes
-        .iter()
-        .map(|w| match w {
-            Write::Update { upsert, .. } => !upsert,
-            Write::Delete { .. } => true,
-            Write::Put { .. } | Write::Insert { .. } => false,
-        })
-        .collect()
 }
 
 /// Submits a transaction as `p`: end users through the rules, everyone else directly.
@@ -149,45 +269,9 @@ pub async fn submit_as(
     let Some(user) = p.user() else {
         return Ok(st.db.try_submit(writes)?.await?);
     };
-    let rules = st.auth.rules();
-    let guard = rules_guard(rules.clone(), user.clone(), needs_existing(&writes));
-    let inserts: Vec<(usize, String, String)> = writes
-        .iter()
-        .enumerate()
-        .filter_map(|(i, w)| match w {
-            Write::Insert {
-                collection,
-                id: Some(id),
-                ..
-            } => Some((i, collection.clone(), id.clone())),
-            _ => None,
-        })
-        .collect();
-    match st.db.try_submit_guarded(writes, guard)?.await {
-        Ok(out) => Ok(out),
-        Err(e) => {
-            let e = DbError::from(e);
-            // An insert onto an existing id fails before the rules run; if that document is
-            // hidden from the user, answer as a refused create rather than confirm it exists.
-            if let DbError::AlreadyExists { collection, id } = &e {
-                let (db, c, i) = (st.db.clone(), collection.clone(), id.clone());
-                let existing = blocking(move || db.get(&c, &i)).await?;
-                let readable =
-                    existing.is_some_and(|d| rules.can_read(collection, &d.doc, &user.ctx).is_ok());
-                if !readable {
-                    let index = inserts
-                        .iter()
-                        .find(|(_, c, i)| c == collection && i == id)
-                        .map_or(0, |(i, _, _)| *i);
-                    return Err(ApiError::new(
-                        "permission_denied",
-                        format!("write {index}: {WRITE_DENIED}"),
-                    ));
-                }
-            }
-            Err(e.into())
-        }
-    }
+    let (writes, meta) = for_guard(writes);
+    let guard = rules_guard(st.auth.rules(), user.clone(), meta);
+    Ok(st.db.try_submit_guarded(writes, guard)?.await?)
 }
 
 async fn blocking<T: Send + 'static>(

@@ -182,6 +182,31 @@ async fn writes_are_checked_on_before_and_after_and_refusals_change_nothing() {
     )
     .await;
     upsert_hidden.err(403, "permission_denied");
+    // A version precondition on a hidden document reports what a missing one reports.
+    for (m, body) in [
+        (Method::PUT, Some(json!({"owner": "alice"}))),
+        (Method::PATCH, Some(json!({"$set": {"n": 5}}))),
+        (Method::DELETE, None),
+    ] {
+        let send = |p: &'static str| {
+            let mut rb = s
+                .req(m.clone(), p)
+                .bearer_auth(&alice)
+                .header("if-match", "\"1\"");
+            if let Some(b) = &body {
+                rb = rb.json(b);
+            }
+            s.send(rb)
+        };
+        let hidden = send("/v1/docs/notes/b1").await;
+        let missing = send("/v1/docs/notes/zz").await;
+        assert!(hidden.status >= 400, "{}", hidden.text);
+        assert_eq!(
+            hidden.text.replace("b1", "ID"),
+            missing.text.replace("zz", "ID"),
+            "{m} with If-Match"
+        );
+    }
     // A commit with one refused write applies nothing.
     let commit = json!({"writes": [
         {"op": "put", "collection": "notes", "id": "new", "doc": {"owner": "alice"}},
