@@ -26,6 +26,18 @@ async fn subscriptions_see_only_readable_documents_with_readable_positions() {
     let e = next(&mut ws).await.unwrap();
     assert_eq!(e["code"], "unauthenticated");
     assert!(next(&mut ws).await.is_none(), "closed");
+    // A forged or expired token in the first message: an error, then the connection closes.
+    let forged = sign(
+        Algorithm::HS256,
+        &jsonwebtoken::EncodingKey::from_secret(b"not-the-server-secret-0123456789abcdef"),
+        &json!({"sub": "alice", "exp": now_s() + 60}),
+    );
+    for bad in [forged, token("alice", -1, json!({}))] {
+        let mut ws = ws_with(&s, &[]).await.unwrap();
+        send(&mut ws, json!({"op": "auth", "token": bad})).await;
+        assert_eq!(next(&mut ws).await.unwrap()["code"], "unauthenticated");
+        assert!(next(&mut ws).await.is_none(), "closed");
+    }
     let tok = token("alice", 60, json!({}));
     let mut ws = ws_with(&s, &[]).await.unwrap();
     send(&mut ws, json!({"op": "auth", "token": tok})).await;
