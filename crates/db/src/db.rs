@@ -12,8 +12,7 @@ use crate::layout::{
 use crate::names::{check_collection, check_segment};
 use crate::planner::plan;
 use crate::write::{
-    apply, effects, prepare, ApplyCtx, CommitOutcome, Write, WriteGuard, WriteSettings,
-    COMMIT_WRITES_MAX,
+    apply, prepare, ApplyCtx, CommitOutcome, Write, WriteGuard, WriteSettings, COMMIT_WRITES_MAX,
 };
 use herald_query::{Direction, Query};
 use herald_storage::{Durability, Store, StoreOptions, Table, Ticket, WriteTxn};
@@ -218,11 +217,11 @@ impl Db {
         self.enqueue(writes, false)
     }
 
-    /// Like [`try_submit`](Db::try_submit), with `guard` checking the transaction's effect
-    /// inside its storage job, after every write was computed against the exact stored state and
-    /// before anything commits: an error from the guard fails the whole transaction (nothing
-    /// applied, no seq consumed). The server's security rules use this, so a rule decides on the
-    /// very before-image the write replaces.
+    /// Like [`try_submit`](Db::try_submit), with `guard` checking each write inside the storage
+    /// job, on the exact stored document it replaces and the document it computes: an error
+    /// from the guard fails the whole transaction (nothing applied, no seq consumed). The
+    /// server's security rules use this, so a rule decides on the very before-image the write
+    /// replaces.
     pub fn try_submit_guarded(
         &self,
         writes: Vec<Write>,
@@ -254,11 +253,9 @@ impl Db {
                 triggers: &inner.triggers,
                 depth: 0,
                 now_ms: now_ms(),
+                guard: guard.as_deref(),
             };
             let outcome = apply(txn, &writes, &ctx)?;
-            if let Some(guard) = &guard {
-                guard(&effects(&outcome))?;
-            }
             // Hooks run in commit order on the writer thread, so the feed sees seqs in order.
             txn.on_commit(publish_hook(&inner, &outcome));
             Ok(outcome)

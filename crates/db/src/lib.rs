@@ -34,5 +34,6 @@ pub use names::{
     SEGMENT_BYTES_MAX,
 };
 pub use write::{
-    Change, ChangeOp, CommitOutcome, Write, WriteEffect, WriteGuard, WriteResult, COMMIT_WRITES_MAX,
+    Change, ChangeOp, CommitOutcome, Guard, Write, WriteEffect, WriteGuard, WriteResult,
+    COMMIT_WRITES_MAX,
 };

@@ -108,8 +108,8 @@ pub struct CommitOutcome {
     pub tasks: Vec<u64>,
 }
 
-/// What one write of a transaction did, for a [`WriteGuard`]: the document before and after
-/// it (`None`: absent), as computed inside the storage job.
+/// What one write of a transaction did, for a [`Guard`]: the document before and after it
+/// (`None`: absent), as computed inside the storage job.
 #[derive(Debug, Clone, Copy)]
 pub struct WriteEffect<'a> {
     /// The write's position in the transaction.
@@ -122,39 +122,24 @@ pub struct WriteEffect<'a> {
     pub before_version: u64,
 }
 
-/// Checks a transaction's effects (one per write, in order) before it commits; an error fails
-/// the whole transaction. Runs on the storage writer thread, so it must be quick and not block.
-pub type WriteGuard =
-    std::sync::Arc<dyn Fn(&[WriteEffect<'_>]) -> Result<(), DbError> + Send + Sync>;
-
-/// The effects of an applied transaction, one per write: a write that changed nothing (a
-/// delete of a missing document) has neither image.
-pub(crate) fn effects(outcome: &CommitOutcome) -> Vec<WriteEffect<'_>> {
-    let mut changes = outcome.changes.iter();
-    outcome
-        .results
-        .iter()
-        .enumerate()
-        .map(|(index, r)| {
-            let change = r.op.and_then(|_| changes.next());
-            let before_version = match change {
-                Some(c) if c.before.is_some() => match c.op {
-                    ChangeOp::Delete => c.version,
-                    _ => c.version - 1,
-                },
-                _ => 0,
-            };
-            WriteEffect {
-                index,
-                collection: &r.collection,
-                id: &r.id,
-                before: change.and_then(|c| c.before.as_ref()),
-                after: change.and_then(|c| c.after.as_ref()),
-                before_version,
-            }
-        })
-        .collect()
+/// Checks each write of a transaction inside its storage job, in order: `before` when the
+/// stored document a write replaces has been read (before anything else about the write is
+/// checked or computed), `after` once its new document is computed. An error fails the whole
+/// transaction. Runs on the storage writer thread, so it must be quick and not block.
+pub trait Guard: Send + Sync {
+    fn before(
+        &self,
+        index: usize,
+        collection: &str,
+        id: &str,
+        before: Option<&Value>,
+        before_version: u64,
+    ) -> Result<(), DbError>;
+    fn after(&self, effect: &WriteEffect<'_>) -> Result<(), DbError>;
 }
+
+/// A shared [`Guard`].
+pub type WriteGuard = std::sync::Arc<dyn Guard>;
 
 /// Settings the job needs.
 #[derive(Debug, Clone)]
@@ -263,6 +248,8 @@ pub(crate) struct ApplyCtx<'a> {
     /// writes of a trigger task. The tasks this commit fires get one more.
     pub depth: u32,
     pub now_ms: u64,
+    /// The caller's checks (end users' security rules), if any.
+    pub guard: Option<&'a dyn Guard>,
 }
 
 /// Runs a prepared transaction inside a storage job.
@@ -306,6 +293,15 @@ pub(crate) fn apply(
             None => None,
         };
         let actual = current.as_ref().map_or(0, |(v, _)| *v);
+        if let Some(g) = ctx.guard {
+            g.before(
+                index,
+                collection,
+                id,
+                current.as_ref().map(|(_, d)| d),
+                actual,
+            )?;
+        }
         if let Some(expected) = if_version {
             if expected != actual {
                 return Err(DbError::VersionConflict {
@@ -350,6 +346,16 @@ pub(crate) fn apply(
             Write::Delete { .. } => None,
         };
         let before = current.map(|(_, d)| d);
+        if let Some(g) = ctx.guard {
+            g.after(&WriteEffect {
+                index,
+                collection,
+                id,
+                before: before.as_ref(),
+                after: new_doc.as_ref(),
+                before_version: actual,
+            })?;
+        }
         if before.is_none() && new_doc.is_none() {
             results.push(WriteResult {
                 collection: collection.clone(),

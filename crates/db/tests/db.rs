@@ -449,53 +449,68 @@ proptest! {
 
 #[test]
 fn a_write_guard_sees_each_write_and_its_refusal_applies_nothing() {
-    use herald_db::{DbError, WriteGuard};
+    use herald_db::{DbError, Guard, WriteEffect, WriteGuard};
     use std::sync::{Arc, Mutex};
+
+    type Seen = (usize, String, Option<Value>, Option<Value>, u64);
+    /// Records what it sees; refuses a document with n = 99 after, and id "locked" before.
+    struct Recorder(Mutex<Vec<(&'static str, Seen)>>);
+    impl Guard for Recorder {
+        fn before(
+            &self,
+            index: usize,
+            _c: &str,
+            id: &str,
+            before: Option<&Value>,
+            v: u64,
+        ) -> Result<(), DbError> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(("before", (index, id.into(), before.cloned(), None, v)));
+            if id == "locked" {
+                return Err(DbError::Rejected {
+                    code: "permission_denied",
+                    message: "locked".into(),
+                    index,
+                });
+            }
+            Ok(())
+        }
+        fn after(&self, e: &WriteEffect<'_>) -> Result<(), DbError> {
+            self.0.lock().unwrap().push((
+                "after",
+                (
+                    e.index,
+                    e.id.into(),
+                    e.before.cloned(),
+                    e.after.cloned(),
+                    e.before_version,
+                ),
+            ));
+            if e.after.is_some_and(|d| d["n"] == 99) {
+                return Err(DbError::Rejected {
+                    code: "permission_denied",
+                    message: "no".into(),
+                    index: e.index,
+                });
+            }
+            Ok(())
+        }
+    }
     let dir = tempfile::tempdir().unwrap();
     let db = open(dir.path());
-    db.commit(vec![Write::Put {
-        collection: "c".into(),
-        id: "a".into(),
-        doc: json!({"n": 1}),
-        if_version: None,
-    }])
-    .unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = seen.clone();
-    let guard: WriteGuard = Arc::new(move |effects| {
-        for e in effects {
-            log.lock().unwrap().push((
-                e.index,
-                e.id.to_string(),
-                e.before.cloned(),
-                e.after.cloned(),
-                e.before_version,
-            ));
-        }
-        if effects
-            .iter()
-            .any(|e| e.after.is_some_and(|d| d["n"] == 99))
-        {
-            return Err(DbError::Rejected {
-                code: "permission_denied",
-                message: "no".into(),
-                index: 1,
-            });
-        }
-        Ok(())
-    });
+    db.commit(vec![put("c", "a", json!({"n": 1}))]).unwrap();
+    let recorder = Arc::new(Recorder(Mutex::new(Vec::new())));
+    let guard: WriteGuard = recorder.clone();
     let writes = vec![
         Write::Delete {
             collection: "c".into(),
             id: "missing".into(),
             if_version: None,
         },
-        Write::Put {
-            collection: "c".into(),
-            id: "a".into(),
-            doc: json!({"n": 99}),
-            if_version: None,
-        },
+        put("c", "a", json!({"n": 99})),
+        put("c", "never", json!({"n": 1})),
     ];
     let seq = db.seq();
     let err = db
@@ -506,25 +521,32 @@ fn a_write_guard_sees_each_write_and_its_refusal_applies_nothing() {
     assert_eq!(DbError::from(err).code(), "permission_denied");
     assert_eq!(db.seq(), seq, "a refused transaction takes no seq");
     assert_eq!(db.get("c", "a").unwrap().unwrap().doc["n"], json!(1));
-    let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen[0], (0, "missing".into(), None, None, 0));
+    let seen = recorder.0.lock().unwrap().clone();
+    let a = Some(json!({"_id": "a", "n": 1}));
     assert_eq!(
-        seen[1],
-        (
-            1,
-            "a".into(),
-            Some(json!({"_id": "a", "n": 1})),
-            Some(json!({"_id": "a", "n": 99})),
-            1
-        )
+        seen,
+        vec![
+            ("before", (0, "missing".into(), None, None, 0)),
+            ("after", (0, "missing".into(), None, None, 0)),
+            ("before", (1, "a".into(), a.clone(), None, 1)),
+            (
+                "after",
+                (1, "a".into(), a, Some(json!({"_id": "a", "n": 99})), 1)
+            ),
+        ],
+        "in order, and nothing after the refusal"
     );
+    // Refused before its document is computed.
+    let err = db
+        .try_submit_guarded(vec![put("c", "locked", json!({"n": 1}))], guard.clone())
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    assert_eq!(DbError::from(err).to_string(), "locked");
     // Allowed: applies normally.
-    let ok = vec![Write::Put {
-        collection: "c".into(),
-        id: "a".into(),
-        doc: json!({"n": 2}),
-        if_version: None,
-    }];
-    db.try_submit_guarded(ok, guard).unwrap().wait().unwrap();
+    db.try_submit_guarded(vec![put("c", "a", json!({"n": 2}))], guard)
+        .unwrap()
+        .wait()
+        .unwrap();
     assert_eq!(db.get("c", "a").unwrap().unwrap().doc["n"], json!(2));
 }

@@ -134,6 +134,8 @@ enum Answer {
     AlreadyExists,
     /// With the actual version reported.
     VersionConflict(u64),
+    /// The update does not apply to the document (its error code).
+    Invalid(&'static str),
 }
 
 fn fields_ok(before: Option<&Value>, after: &Value) -> bool {
@@ -148,7 +150,9 @@ fn fields_ok(before: Option<&Value>, after: &Value) -> bool {
 }
 
 /// Reference write rule: the answer for write `w` with these images. A document the user may
-/// not read counts as absent: every answer about it is the answer for a missing one.
+/// not read counts as absent: every answer about it is the answer for a missing one. With
+/// `after_unknown`, only the checks made before the new document is computed (`Applied`: they
+/// pass).
 fn ref_write(
     u: &User,
     coll: &str,
@@ -156,6 +160,7 @@ fn ref_write(
     before: Option<&Value>,
     before_version: u64,
     after: Option<&Value>,
+    after_unknown: bool,
 ) -> Answer {
     let uid = json!(u.uid);
     let hidden = before.is_some_and(|b| !ref_readable(u, coll, b));
@@ -178,7 +183,13 @@ fn ref_write(
     if insert && !absent {
         return Answer::AlreadyExists;
     }
-    if hidden || coll == "secret" {
+    if hidden {
+        return Answer::Denied;
+    }
+    if after_unknown {
+        return Answer::Applied;
+    }
+    if coll == "secret" {
         return Answer::Denied;
     }
     let level_ok = |d: &Value| match (u.level, int(d, "level")) {
@@ -246,11 +257,13 @@ fn random_body(rng: &mut StdRng) -> Value {
 }
 
 fn random_update(rng: &mut StdRng) -> Value {
-    match rng.gen_range(0..5) {
+    match rng.gen_range(0..6) {
         0 => json!({"$set": {"n": rng.gen_range(0..6)}}),
         1 => json!({"$set": {"owner": USERS[rng.gen_range(0..4)]}}),
         2 => json!({"$set": {"public": rng.gen_bool(0.5)}}),
         3 => json!({"$set": {"level": rng.gen_range(0..4)}}),
+        // Fails on a document whose level is a string: must never tell a hidden one's contents.
+        4 => json!({"$inc": {"level": 1}}),
         _ => json!({"$set": {"extra": rng.gen_range(0..2)}}),
     }
 }
@@ -380,6 +393,7 @@ fn answer_of(
                     DbError::VersionConflict { actual, .. } => Answer::VersionConflict(actual),
                     _ => unreachable!(),
                 },
+                "type_mismatch" => Answer::Invalid("type_mismatch"),
                 other => panic!("unexpected error {other}: {e}"),
             },
             None,
@@ -461,66 +475,113 @@ fn every_outcome_matches_the_reference_rules() {
         for _step in 0..60 {
             let user = users[rng.gen_range(0..users.len())].clone();
             let coll = COLLECTIONS[rng.gen_range(0..COLLECTIONS.len())];
-            let id = format!("d{}", rng.gen_range(0..6));
-            let key = (coll.to_string(), id.clone());
-            let before_version = versions.get(&key).copied().unwrap_or(0);
-            let if_version = match rng.gen_range(0..10) {
-                0 => Some(before_version),
-                1 => Some(before_version + 1),
-                2 => Some(0),
-                3 => Some(rng.gen_range(0..3)),
-                _ => None,
+            // A transaction of one to three writes (ids may repeat: later writes see earlier).
+            let n_writes = if rng.gen_bool(0.7) {
+                1
+            } else {
+                rng.gen_range(2..4)
             };
-            let w = match rng.gen_range(0..4) {
-                0 => Write::Put {
-                    collection: coll.into(),
-                    id: id.clone(),
-                    doc: random_body(&mut rng),
-                    if_version,
-                },
-                1 => Write::Insert {
-                    collection: coll.into(),
-                    id: Some(id.clone()),
-                    doc: random_body(&mut rng),
-                },
-                2 => Write::Update {
-                    collection: coll.into(),
-                    id: id.clone(),
-                    update: Update::parse(&random_update(&mut rng)).unwrap(),
-                    upsert: rng.gen_bool(0.3),
-                    if_version,
-                },
-                _ => Write::Delete {
-                    collection: coll.into(),
-                    id: id.clone(),
-                    if_version,
-                },
-            };
-            let before = store.get(&key).cloned();
-            let after = match &w {
-                Write::Put { doc, .. } | Write::Insert { doc, .. } => {
-                    let mut m = Map::new();
-                    m.insert("_id".into(), json!(id));
-                    m.extend(doc.as_object().unwrap().clone());
-                    Some(Value::Object(m))
+            let mut scratch = store.clone();
+            let mut scratch_versions = versions.clone();
+            let mut txn = Vec::new();
+            let mut want = Answer::Applied;
+            let mut touched = Vec::new();
+            for _ in 0..n_writes {
+                let id = format!("d{}", rng.gen_range(0..6));
+                let key = (coll.to_string(), id.clone());
+                let before_version = scratch_versions.get(&key).copied().unwrap_or(0);
+                let if_version = match rng.gen_range(0..10) {
+                    0 => Some(before_version),
+                    1 => Some(before_version + 1),
+                    2 => Some(0),
+                    3 => Some(rng.gen_range(0..3)),
+                    _ => None,
+                };
+                let w = match rng.gen_range(0..4) {
+                    0 => Write::Put {
+                        collection: coll.into(),
+                        id: id.clone(),
+                        doc: random_body(&mut rng),
+                        if_version,
+                    },
+                    1 => Write::Insert {
+                        collection: coll.into(),
+                        id: Some(id.clone()),
+                        doc: random_body(&mut rng),
+                    },
+                    2 => Write::Update {
+                        collection: coll.into(),
+                        id: id.clone(),
+                        update: Update::parse(&random_update(&mut rng)).unwrap(),
+                        upsert: rng.gen_bool(0.3),
+                        if_version,
+                    },
+                    _ => Write::Delete {
+                        collection: coll.into(),
+                        id: id.clone(),
+                        if_version,
+                    },
+                };
+                txn.push(w.clone());
+                touched.push(key.clone());
+                if want != Answer::Applied {
+                    continue;
                 }
-                Write::Update { update, upsert, .. } => match &before {
-                    Some(b) => Some(update.apply(b, 0).unwrap()),
-                    None if *upsert => Some(update.apply(&json!({"_id": id}), 0).unwrap()),
-                    None => None,
-                },
-                Write::Delete { .. } => None,
-            };
-            let want = ref_write(
-                &user,
-                coll,
-                &w,
-                before.as_ref(),
-                before_version,
-                after.as_ref(),
-            );
+                let before = scratch.get(&key).cloned();
+                let after = match &w {
+                    Write::Put { doc, .. } | Write::Insert { doc, .. } => {
+                        let mut m = Map::new();
+                        m.insert("_id".into(), json!(id));
+                        m.extend(doc.as_object().unwrap().clone());
+                        Ok(Some(Value::Object(m)))
+                    }
+                    Write::Update { update, upsert, .. } => match &before {
+                        Some(b) => update.apply(b, 0).map(Some),
+                        None if *upsert => update.apply(&json!({"_id": id}), 0).map(Some),
+                        None => Ok(None),
+                    },
+                    Write::Delete { .. } => Ok(None),
+                };
+                // Preconditions come first, then computing the document, then the rules.
+                let pre = ref_write(&user, coll, &w, before.as_ref(), before_version, None, true);
+                let answer = match (pre, &after) {
+                    (Answer::Applied, _) => match &after {
+                        Err(e) => {
+                            let hidden = before
+                                .as_ref()
+                                .is_some_and(|b| !ref_readable(&user, coll, b));
+                            assert!(!hidden, "the reference computed on a hidden document");
+                            Answer::Invalid(e.code())
+                        }
+                        Ok(a) => ref_write(
+                            &user,
+                            coll,
+                            &w,
+                            before.as_ref(),
+                            before_version,
+                            a.as_ref(),
+                            false,
+                        ),
+                    },
+                    (other, _) => other,
+                };
+                if answer != Answer::Applied {
+                    want = answer;
+                    continue;
+                }
+                match after.unwrap() {
+                    Some(a) => {
+                        scratch.insert(key.clone(), a);
+                        scratch_versions.insert(key.clone(), before_version + 1);
+                    }
+                    None => {
+                        scratch.remove(&key);
+                        scratch_versions.remove(&key);
+                    }
+                }
+            }
             // The server's path: the same preparation and guard.
-            let (writes, meta) = for_guard(vec![w.clone()]);
+            let (writes, meta) = for_guard(txn.clone());
             let guard = rules_guard(rules.clone(), user.auth(), meta);
             let got = answer_of(
                 db.try_submit_guarded(writes, guard)
@@ -529,31 +590,41 @@ fn every_outcome_matches_the_reference_rules() {
                     .map_err(DbError::from),
             );
             assert_eq!(
-                got.0, want,
-                "scenario {scenario}: {} {w:?} on {before:?} -> {after:?}",
-                user.uid
+                got.0,
+                want,
+                "scenario {scenario}: {} {txn:?} on {:?}",
+                user.uid,
+                touched.iter().map(|k| store.get(k)).collect::<Vec<_>>()
             );
             cases += 1;
-            // What the database holds is what the model holds.
-            let stored = db.get(coll, &id).unwrap().map(|d| d.doc);
+            // What the database holds is what the model holds (before or after the commit).
             let Some(out) = got.1 else {
                 refused += 1;
-                assert_eq!(stored, before, "a refused write changed {coll}/{id}");
+                for k in &touched {
+                    let stored = db.get(&k.0, &k.1).unwrap().map(|d| d.doc);
+                    assert_eq!(
+                        stored.as_ref(),
+                        store.get(k),
+                        "a refused transaction changed {k:?}"
+                    );
+                }
                 continue;
             };
             applied += 1;
-            assert_eq!(stored, after, "scenario {scenario}: {coll}/{id}");
-            match &after {
-                Some(a) => {
-                    store.insert(key.clone(), a.clone());
-                    versions.insert(key.clone(), before_version + 1);
-                    assert_eq!(out.results[0].version, before_version + 1);
-                }
-                None => {
-                    store.remove(&key);
-                    versions.remove(&key);
-                }
-            };
+            store = scratch;
+            versions = scratch_versions;
+            for k in &touched {
+                let stored = db.get(&k.0, &k.1).unwrap();
+                assert_eq!(
+                    stored.as_ref().map(|d| &d.doc),
+                    store.get(k),
+                    "scenario {scenario}: {k:?}"
+                );
+                assert_eq!(
+                    stored.map_or(0, |d| d.version),
+                    versions.get(k).copied().unwrap_or(0)
+                );
+            }
             if out.changes.is_empty() {
                 continue;
             }

@@ -274,6 +274,7 @@ impl Db {
                     triggers: &inner.triggers,
                     depth: task.depth,
                     now_ms: crate::db::now_ms(),
+                    guard: None,
                 };
                 Some(apply(txn, &writes, &ctx)?)
             };

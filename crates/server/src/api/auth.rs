@@ -13,7 +13,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use herald_db::{CommitOutcome, DbError, Write, WriteGuard};
+use herald_db::{CommitOutcome, DbError, Guard, Write, WriteEffect, WriteGuard};
 use herald_rules::{Denial, Rules};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -207,57 +207,77 @@ pub fn for_guard(writes: Vec<Write>) -> (Vec<Write>, Vec<WriteMeta>) {
         .unzip()
 }
 
-/// A guard that checks every write of an end user's transaction inside the storage job (so on
-/// the exact before-image): preconditions, then the rules. A document the user may not read
-/// counts as absent, so every answer about it (`not_found`, `version_conflict` with actual 0,
-/// a refused create) is the answer for a missing document.
-pub fn rules_guard(rules: Arc<Rules>, user: Arc<UserAuth>, meta: Vec<WriteMeta>) -> WriteGuard {
-    Arc::new(move |effects| {
-        for e in effects {
-            let m = meta[e.index];
-            let hidden = e
-                .before
-                .is_some_and(|b| rules.can_read(e.collection, b, &user.ctx).is_err());
-            let absent = e.before.is_none() || hidden;
-            let denied = || DbError::Rejected {
-                code: "permission_denied",
-                message: format!("write {}: {WRITE_DENIED}", e.index),
-                index: e.index,
-            };
-            if absent && m.needs_existing {
-                return Err(DbError::NotFound {
-                    collection: e.collection.to_string(),
-                    id: e.id.to_string(),
-                });
-            }
-            let actual = if absent { 0 } else { e.before_version };
-            if let Some(expected) = m.if_version.filter(|x| *x != actual) {
-                return Err(DbError::VersionConflict {
-                    index: e.index,
-                    collection: e.collection.to_string(),
-                    id: e.id.to_string(),
-                    expected,
-                    actual,
-                });
-            }
-            if m.insert && !absent {
-                return Err(DbError::AlreadyExists {
-                    collection: e.collection.to_string(),
-                    id: e.id.to_string(),
-                });
-            }
-            if hidden {
-                return Err(denied());
-            }
-            if rules
-                .check_write(e.collection, e.before, e.after, &user.ctx)
-                .is_err()
-            {
-                return Err(denied());
-            }
+/// The guard of an end user's transaction: runs inside the storage job, write by write, on
+/// the exact stored document. A document the user may not read counts as absent, so every
+/// answer about it (`not_found`, `version_conflict` with actual 0, a refused create) is the
+/// answer for a missing one, and it is given before anything is computed from the hidden
+/// document (no update error can tell its contents). Then each computed write goes through the
+/// rules. The first refused write, in order, decides the answer.
+pub struct RulesGuard {
+    rules: Arc<Rules>,
+    user: Arc<UserAuth>,
+    meta: Vec<WriteMeta>,
+}
+
+fn denied(index: usize) -> DbError {
+    DbError::Rejected {
+        code: "permission_denied",
+        message: format!("write {index}: {WRITE_DENIED}"),
+        index,
+    }
+}
+
+impl Guard for RulesGuard {
+    fn before(
+        &self,
+        index: usize,
+        collection: &str,
+        id: &str,
+        before: Option<&Value>,
+        before_version: u64,
+    ) -> Result<(), DbError> {
+        let m = self.meta[index];
+        let hidden =
+            before.is_some_and(|b| self.rules.can_read(collection, b, &self.user.ctx).is_err());
+        let absent = before.is_none() || hidden;
+        if absent && m.needs_existing {
+            return Err(DbError::NotFound {
+                collection: collection.to_string(),
+                id: id.to_string(),
+            });
+        }
+        let actual = if absent { 0 } else { before_version };
+        if let Some(expected) = m.if_version.filter(|x| *x != actual) {
+            return Err(DbError::VersionConflict {
+                index,
+                collection: collection.to_string(),
+                id: id.to_string(),
+                expected,
+                actual,
+            });
+        }
+        if m.insert && !absent {
+            return Err(DbError::AlreadyExists {
+                collection: collection.to_string(),
+                id: id.to_string(),
+            });
+        }
+        if hidden {
+            return Err(denied(index));
         }
         Ok(())
-    })
+    }
+
+    fn after(&self, e: &WriteEffect<'_>) -> Result<(), DbError> {
+        self.rules
+            .check_write(e.collection, e.before, e.after, &self.user.ctx)
+            .map_err(|_| denied(e.index))
+    }
+}
+
+/// The guard for `user`'s writes described by `meta` (from [`for_guard`]).
+pub fn rules_guard(rules: Arc<Rules>, user: Arc<UserAuth>, meta: Vec<WriteMeta>) -> WriteGuard {
+    Arc::new(RulesGuard { rules, user, meta })
 }
 
 /// Submits a transaction as `p`: end users through the rules, everyone else directly.
