@@ -54,10 +54,7 @@ pub async fn serve(
     let live = state.live.clone();
     let mut trigger_service = triggers::TriggerService::start(db.clone(), config.triggers.clone());
     let app = api::router(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| format!("server error: {e}"))?;
+    serve_http(listener, app, shutdown).await;
     // The engine holds a database handle; stop it (and drop ours) so the close below is the
     // last one and makes everything durable, in nosync mode too.
     tokio::task::spawn_blocking(move || {
@@ -70,6 +67,73 @@ pub async fn serve(
     .await
     .map_err(|e| e.to_string())?
     .map_err(|e| format!("closing the database: {e}"))
+}
+
+/// An HTTP/1 client must send a request's headers within this long, or its connection is
+/// closed: slow-header ("slowloris") clients cannot hold connections open for free.
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Accepts connections and serves `app` on each (with upgrades, for WebSockets) until
+/// `shutdown` completes; then stops accepting, lets every connection finish its in-flight
+/// requests, and returns when all are done. `axum::serve` does this too, but sets no timer, so
+/// it cannot bound the time a client takes to send its headers.
+async fn serve_http(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+    use tokio::sync::watch;
+
+    // `signal`: tells connections to shut down gracefully; `close`: its receivers are the
+    // running connections, so `closed()` resolves when the last one ends.
+    let (signal_tx, signal_rx) = watch::channel(());
+    let (close_tx, close_rx) = watch::channel(());
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Per-connection errors (reset before accept) and resource exhaustion: back
+                // off briefly instead of spinning.
+                Err(_) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let mut signal_rx = signal_rx.clone();
+        let close_rx = close_rx.clone();
+        tokio::spawn(async move {
+            let mut builder = Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            let mut shutting_down = false;
+            loop {
+                tokio::select! {
+                    _ = conn.as_mut() => break,
+                    _ = signal_rx.changed(), if !shutting_down => {
+                        shutting_down = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+            drop(close_rx);
+        });
+    }
+    drop(listener);
+    let _ = signal_tx.send(());
+    drop(close_rx);
+    close_tx.closed().await;
 }
 
 /// Completes on SIGTERM or Ctrl-C.

@@ -375,3 +375,42 @@ fn rules_test_files_pass_and_a_mismatch_fails() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("MISMATCH"), "{out}");
 }
+
+#[tokio::test]
+async fn a_client_that_sends_its_headers_slowly_is_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = secure().await;
+    let mut sock = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    sock.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let t = std::time::Instant::now();
+    // Trickle a header byte now and then, never finishing the head.
+    let mut buf = [0u8; 1024];
+    let closed_after = loop {
+        tokio::select! {
+            r = sock.read(&mut buf) => {
+                match r {
+                    Ok(0) | Err(_) => break t.elapsed(),
+                    // hyper may answer 408 before closing.
+                    Ok(_) => {}
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                if sock.write_all(b"x").await.is_err() {
+                    break t.elapsed();
+                }
+            }
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "still open after 30 s"
+        );
+    };
+    assert!(
+        closed_after >= Duration::from_secs(9) && closed_after < Duration::from_secs(15),
+        "closed after {closed_after:?}"
+    );
+    // A normal request still works.
+    s.send(s.req(Method::GET, "/v1/health")).await.ok(200);
+}
