@@ -1,0 +1,68 @@
+// A whole query: filter, sort, skip, limit and projection, run over documents in memory. The
+// local twin of the server's reference evaluation (crates/query query.rs): results are ordered by
+// the sort keys and then `_id`.
+import { QueryError } from "./errors.js";
+import { Filter } from "./filter.js";
+import { Projection } from "./projection.js";
+import { Sort } from "./sort.js";
+import { isNumber, isObject, num, type Value } from "./value.js";
+
+export interface QuerySpec {
+  filter?: Record<string, unknown>;
+  sort?: Record<string, 1 | -1>;
+  skip?: number;
+  limit?: number;
+  projection?: Record<string, 0 | 1 | boolean>;
+}
+
+const FIELDS = ["filter", "sort", "skip", "limit", "projection"];
+
+export class Query {
+  private constructor(
+    readonly filter: Filter,
+    readonly sort: Sort,
+    readonly skip: number,
+    /** 0 means no limit. */
+    readonly limit: number,
+    readonly projection: Projection,
+  ) {}
+
+  /** Parses `{filter, sort, skip, limit, projection}`; unknown members are refused. */
+  static parse(spec: unknown): Query {
+    if (!isObject(spec)) throw new QueryError("bad_query", "bad query: a query must be an object");
+    const k = Object.keys(spec).find((k) => !FIELDS.includes(k));
+    if (k !== undefined)
+      throw new QueryError("bad_query", `bad query: unknown query member '${k}' (expected one of ${FIELDS.join(", ")})`);
+    if (spec.filter === null) throw new QueryError("bad_filter", "bad filter: filter must be an object, got null");
+    return new Query(
+      spec.filter === undefined ? Filter.all() : Filter.parse(spec.filter),
+      Sort.parse(spec.sort),
+      count("skip", spec.skip),
+      count("limit", spec.limit),
+      Projection.parse(spec.projection),
+    );
+  }
+
+  /** Filters, sorts, skips and limits; projects when `project` (the default). */
+  run<T extends Value>(docs: Iterable<T>, project = true): Value[] {
+    const hits: T[] = [];
+    for (const d of docs) if (this.filter.matches(d)) hits.push(d);
+    const sorted = this.sort.sort(hits);
+    const end = this.limit === 0 ? sorted.length : this.skip + this.limit;
+    const window = sorted.slice(this.skip, end);
+    return project && !this.projection.isAll() ? window.map((d) => this.projection.apply(d)) : window;
+  }
+}
+
+function count(name: string, v: Value | undefined): number {
+  const bad = () => new QueryError("bad_query", `bad query: ${name} must be a non-negative integer, got ${JSON.stringify(v)}`);
+  if (v === undefined || v === null) return 0;
+  if (!isNumber(v)) throw bad();
+  const n = num(v);
+  if (n.int !== undefined) {
+    if (n.int < 0n || n.int > BigInt(Number.MAX_SAFE_INTEGER)) throw bad();
+    return Number(n.int);
+  }
+  if (n.f >= 0 && Number.isInteger(n.f) && n.f < 1e15) return n.f;
+  throw bad();
+}
