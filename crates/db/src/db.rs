@@ -9,6 +9,7 @@ use crate::indexer::{composite_index_name, entries, field_index_name};
 use crate::layout::{
     collection_prefix, decode_doc, doc_key, index_prefix, log_key, META_CATALOG, META_SEQ,
 };
+use crate::mutations::{self, check_mutation_id, MutationRetention};
 use crate::names::{check_collection, check_segment};
 use crate::planner::plan;
 use crate::write::{
@@ -36,6 +37,8 @@ pub struct DbOptions {
     pub log_retention_count: u64,
     /// Commit-log records older than this are pruned.
     pub log_retention_age: Duration,
+    /// How many client mutation ids are remembered, and for how long (see `mutations.rs`).
+    pub mutations: MutationRetention,
     pub store: StoreOptions,
 }
 
@@ -46,6 +49,7 @@ impl Default for DbOptions {
             limits: DocumentLimits::default(),
             log_retention_count: 1_000_000,
             log_retention_age: Duration::from_secs(24 * 3600),
+            mutations: MutationRetention::default(),
             store: StoreOptions::default(),
         }
     }
@@ -150,6 +154,10 @@ impl Db {
                     limits: options.limits,
                     log_retention_count: options.log_retention_count.max(1),
                     log_retention_age_ms: options.log_retention_age.as_millis() as u64,
+                    mutations: MutationRetention {
+                        retained_max: options.mutations.retained_max.max(1),
+                        ..options.mutations
+                    },
                 },
                 triggers,
             }),
@@ -205,7 +213,7 @@ impl Db {
     /// Queues an atomic transaction; the ticket resolves once it is durable (or failed). Blocks
     /// while the write queue is full.
     pub fn submit(&self, writes: Vec<Write>) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
-        self.enqueue(writes, true)
+        self.enqueue(writes, None, true)
     }
 
     /// Like [`submit`](Db::submit), but fails with `overloaded` instead of blocking when the
@@ -214,7 +222,25 @@ impl Db {
         &self,
         writes: Vec<Write>,
     ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
-        self.enqueue(writes, false)
+        self.enqueue(writes, None, false)
+    }
+
+    /// Like [`try_submit`](Db::try_submit), for a commit carrying a client mutation id: if the
+    /// id was recorded by an earlier commit (within retention), nothing is applied and the
+    /// ticket resolves to that commit's seq and results with `replayed: true`; otherwise the
+    /// writes apply and the id is recorded in the same storage transaction.
+    /// With a `guard`, as [`try_submit_guarded`](Db::try_submit_guarded); a replayed commit
+    /// is not checked again (it was checked when it applied).
+    pub fn try_submit_mutation(
+        &self,
+        writes: Vec<Write>,
+        mutation_id: Option<String>,
+        guard: Option<WriteGuard>,
+    ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
+        if let Some(id) = &mutation_id {
+            check_mutation_id(id)?;
+        }
+        self.enqueue_guarded(writes, mutation_id, false, guard)
     }
 
     /// Like [`try_submit`](Db::try_submit), with `guard` checking each write inside the storage
@@ -227,35 +253,47 @@ impl Db {
         writes: Vec<Write>,
         guard: WriteGuard,
     ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
-        self.enqueue_guarded(writes, false, Some(guard))
+        self.enqueue_guarded(writes, None, false, Some(guard))
     }
 
     fn enqueue(
         &self,
         writes: Vec<Write>,
+        mutation_id: Option<String>,
         block: bool,
     ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
-        self.enqueue_guarded(writes, block, None)
+        self.enqueue_guarded(writes, mutation_id, block, None)
     }
 
     fn enqueue_guarded(
         &self,
         mut writes: Vec<Write>,
+        mutation_id: Option<String>,
         block: bool,
         guard: Option<WriteGuard>,
     ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
         prepare(&mut writes, &self.inner.settings.limits, COMMIT_WRITES_MAX)?;
         let inner = Arc::clone(&self.inner);
         let job = move |txn: &mut WriteTxn<'_>| {
+            let now_ms = now_ms();
+            if let Some(id) = &mutation_id {
+                if let Some((seq, results)) = mutations::lookup(txn, id)? {
+                    return Ok(CommitOutcome::replayed(seq, results));
+                }
+            }
             let ctx = ApplyCtx {
                 catalog: &inner.catalog,
                 settings: &inner.settings,
                 triggers: &inner.triggers,
                 depth: 0,
-                now_ms: now_ms(),
+                now_ms,
                 guard: guard.as_deref(),
             };
             let outcome = apply(txn, &writes, &ctx)?;
+            if let Some(id) = &mutation_id {
+                let retention = &inner.settings.mutations;
+                mutations::record(txn, id, outcome.seq, &outcome.results, now_ms, retention)?;
+            }
             // Hooks run in commit order on the writer thread, so the feed sees seqs in order.
             txn.on_commit(publish_hook(&inner, &outcome));
             Ok(outcome)

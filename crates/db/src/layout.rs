@@ -6,7 +6,8 @@
 //!   (encoded values use `herald_value::encode_key`, prefix-free and order-preserving, so a
 //!   range over one index returns documents in value order, ties in id order)
 //! - `log`:   `seq (u64 BE)` -> commit record JSON
-//! - `meta`:  `seq` -> last committed seq; `catalog` -> index catalog JSON
+//! - `meta`:  `seq` -> last committed seq; `catalog` -> index catalog JSON; `mutation/...` ->
+//!   the client mutation ids of recent commits (their format lives in `mutations.rs`)
 //!
 //! Collection paths, index names and ids never contain 0x00 (validated at the edge), so the
 //! separators are unambiguous and `collection 0x00` is an exact prefix.

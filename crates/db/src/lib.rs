@@ -17,6 +17,7 @@ mod exec;
 mod indexer;
 mod layout;
 pub mod live;
+mod mutations;
 mod names;
 mod planner;
 mod system;
@@ -29,6 +30,10 @@ pub use error::DbError;
 pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};
 pub use herald_storage::{Durability, Ticket, WriteError as WriteFailure};
 pub use indexer::{COMPOSITE_ENTRIES_PER_DOC_MAX, INDEX_ENTRIES_PER_DOC_MAX};
+pub use mutations::{
+    check_mutation_id, MutationRetention, MUTATIONS_RETAINED_MAX, MUTATION_ID_BYTES_MAX,
+    MUTATION_RETENTION_MS,
+};
 pub use names::{
     check_collection, check_segment, generate_id, split_document_path, COLLECTION_PATH_BYTES_MAX,
     SEGMENT_BYTES_MAX,

@@ -106,6 +106,22 @@ pub struct CommitOutcome {
     pub record_bytes: usize,
     /// The trigger uid of each task this commit enqueued.
     pub tasks: Vec<u64>,
+    /// True when the commit's mutation id was already known: nothing was applied, and `seq` and
+    /// `results` (without documents) are those of the original commit.
+    pub replayed: bool,
+}
+
+impl CommitOutcome {
+    pub(crate) fn replayed(seq: u64, results: Vec<WriteResult>) -> CommitOutcome {
+        CommitOutcome {
+            seq,
+            results,
+            changes: Vec::new(),
+            record_bytes: 0,
+            tasks: Vec::new(),
+            replayed: true,
+        }
+    }
 }
 
 /// What one write of a transaction did, for a [`Guard`]: the document before and after it
@@ -147,6 +163,7 @@ pub struct WriteSettings {
     pub limits: DocumentLimits,
     pub log_retention_count: u64,
     pub log_retention_age_ms: u64,
+    pub mutations: crate::mutations::MutationRetention,
 }
 
 /// Validates what can be validated without the store, and fills in generated ids and `_id`.
@@ -442,6 +459,7 @@ pub(crate) fn apply(
             changes,
             record_bytes: 0,
             tasks: Vec::new(),
+            replayed: false,
         });
     }
     let seq = seq0 + 1;
@@ -457,6 +475,7 @@ pub(crate) fn apply(
         changes,
         record_bytes,
         tasks,
+        replayed: false,
     })
 }
 

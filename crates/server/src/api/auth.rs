@@ -286,12 +286,29 @@ pub async fn submit_as(
     p: &Principal,
     writes: Vec<Write>,
 ) -> ApiResult<CommitOutcome> {
+    submit_mutation_as(st, p, writes, None).await
+}
+
+/// Like [`submit_as`], for a commit that may carry a client mutation id (`POST /v1/commit`): a
+/// retry with a remembered id applies nothing and returns the original outcome.
+pub async fn submit_mutation_as(
+    st: &AppState,
+    p: &Principal,
+    writes: Vec<Write>,
+    mutation_id: Option<String>,
+) -> ApiResult<CommitOutcome> {
     let Some(user) = p.user() else {
-        return Ok(st.db.try_submit(writes)?.await?);
+        return Ok(st
+            .db
+            .try_submit_mutation(writes, mutation_id, None)?
+            .await?);
     };
     let (writes, meta) = for_guard(writes);
     let guard = rules_guard(st.auth.rules(), user.clone(), meta);
-    Ok(st.db.try_submit_guarded(writes, guard)?.await?)
+    Ok(st
+        .db
+        .try_submit_mutation(writes, mutation_id, Some(guard))?
+        .await?)
 }
 
 async fn blocking<T: Send + 'static>(

@@ -15,6 +15,7 @@ mod common;
 mod bad_input;
 mod binary;
 mod happy;
+mod mutations;
 
 use common::{seen_codes, table_status, Herald, Resp, Server};
 use herald_db::{DbOptions, Durability};
