@@ -1,0 +1,53 @@
+// The HTTP side of the protocol: JSON requests with the bearer token, stable error codes.
+import { HeraldError } from "./errors.js";
+
+export type Fetch = typeof fetch;
+
+export class Http {
+  constructor(
+    private readonly base: string,
+    private readonly token: string | undefined,
+    private readonly fetchImpl: Fetch,
+    /** A request without an answer after this long fails as a network error (then retried). */
+    private readonly timeoutMs: number,
+  ) {}
+
+  /** Sends a request; resolves to the JSON body of a 2xx answer, rejects with HeraldError. */
+  async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const headers: Record<string, string> = {};
+    if (body !== undefined) headers["content-type"] = "application/json";
+    if (this.token !== undefined) headers.authorization = `Bearer ${this.token}`;
+    let res: Response;
+    let text: string;
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), this.timeoutMs);
+    try {
+      res = await this.fetchImpl(this.base + path, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: abort.signal,
+      });
+      text = await res.text();
+    } catch (e) {
+      throw new HeraldError("network", `${method} ${path}: ${(e as Error).message}`);
+    } finally {
+      clearTimeout(timer);
+    }
+    let json: unknown = undefined;
+    try {
+      json = text.length > 0 ? JSON.parse(text) : undefined;
+    } catch {
+      // An error page that is not JSON: reported below with the status.
+    }
+    if (res.ok) return json as T;
+    const err = (json as { error?: { code?: string; message?: string } } | undefined)?.error;
+    const { code, message, ...details } = (err ?? {}) as Record<string, unknown>;
+    throw new HeraldError(
+      typeof code === "string" ? code : `http_${res.status}`,
+      typeof message === "string" ? message : `${method} ${path}: HTTP ${res.status}`,
+      res.status,
+      details,
+    );
+  }
+}

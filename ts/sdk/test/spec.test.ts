@@ -1,0 +1,280 @@
+// Spec tests in the Firestore style: scripts of user actions, server changes (another client
+// writing straight to the server) and network failures (a proxy that cuts, black-holes or
+// loses answers), each followed by the exact snapshots the listener must see. They run against
+// a real `herald serve` on a free loopback port.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { HeraldError, type Herald } from "../src/index.js";
+import { FilePersistence } from "../src/node.js";
+import { client, HeraldServer, Proxy, Recorder, sleep, waitState } from "./harness.js";
+
+let server: HeraldServer;
+let proxy: Proxy;
+const open: Herald[] = [];
+let n = 0;
+
+before(async () => {
+  server = await HeraldServer.start();
+  proxy = await Proxy.start(server.port);
+});
+
+after(async () => {
+  for (const h of open) await h.close();
+  await proxy.close();
+  await server.destroy();
+});
+
+/** A fresh collection name and a client connected through the proxy. */
+async function setup(extra: Parameters<typeof client>[1] = {}): Promise<{ h: Herald; c: string }> {
+  proxy.up();
+  const h = client(proxy.url, extra);
+  open.push(h);
+  await waitState(h, "online");
+  return { h, c: `spec${++n}` };
+}
+
+const put = (c: string, id: string, doc: object) => server.http("PUT", `/v1/docs/${c}/${id}`, doc);
+
+test("server changes arrive as add, change, changeIndex and remove with positions", async () => {
+  const { h, c } = await setup();
+  await put(c, "a", { n: 1 });
+  await put(c, "b", { n: 2 });
+  const r = new Recorder();
+  h.onSnapshot(h.query(c, { sort: { n: 1 }, limit: 3 }), r.next, r.error, { includeMetadataChanges: true });
+  let s = await r.take();
+  assert.deepEqual([s.docs, s.changes, s.pending, s.fromCache], [["a", "b"], ["add a -1>0", "add b -1>1"], false, false]);
+  await put(c, "c", { n: 0 });
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes], [["c", "a", "b"], ["add c -1>0"]]);
+  await put(c, "a", { n: 1, tag: "x" });
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes], [["c", "a", "b"], ["change a 1>1"]]);
+  await put(c, "c", { n: 5 });
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes], [["a", "b", "c"], ["changeIndex c 0>2"]]);
+  await server.http("DELETE", `/v1/docs/${c}/a`);
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes], [["b", "c"], ["remove a 0>-1"]]);
+  assert.equal(s.snap.docChanges()[0].type, "removed");
+  assert.ok(s.seq > 0);
+  await r.quiet();
+});
+
+test("a local write shows at once with hasPendingWrites, then the server confirms it", async () => {
+  const { h, c } = await setup();
+  await put(c, "a", { n: 1 });
+  const r = new Recorder();
+  h.onSnapshot(h.query(c, { sort: { n: -1 } }), r.next, r.error, { includeMetadataChanges: true });
+  let s = await r.take();
+  assert.deepEqual([s.docs, s.pending], [["a"], false]);
+  const write = h.set(h.doc(`${c}/b`), { n: 2 });
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes, s.pending, s.fromCache], [["b", "a"], ["add b -1>0"], true, false]);
+  assert.equal(s.snap.docs[0].metadata.hasPendingWrites, true);
+  assert.equal(s.snap.docs[1].metadata.hasPendingWrites, false);
+  const result = await write;
+  assert.equal(result.results[0].op, "insert");
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes, s.pending], [["b", "a"], [], false]);
+  assert.ok(s.seq >= result.seq);
+  await r.quiet();
+});
+
+test("update operators apply locally and move the document at once", async () => {
+  const { h, c } = await setup();
+  await put(c, "a", { n: 1 });
+  await put(c, "b", { n: 2 });
+  const r = new Recorder();
+  h.onSnapshot(h.query(c, { sort: { n: -1 } }), r.next, r.error);
+  assert.deepEqual((await r.take()).docs, ["b", "a"]);
+  const w = h.update(h.doc(`${c}/a`), { $inc: { n: 5 } });
+  const s = await r.take();
+  assert.deepEqual([s.docs, s.changes, s.pending], [["a", "b"], ["changeIndex a 1>0"], true]);
+  assert.equal(s.snap.docs[0].data?.n, 6);
+  await w;
+  // Without includeMetadataChanges the confirmation (same data) is not a new snapshot.
+  await r.quiet();
+  assert.equal((await h.get(h.doc(`${c}/a`))).data?.n, 6);
+});
+
+test("a refused write is rolled back and its promise rejects with the server's code", async () => {
+  const { h, c } = await setup();
+  await put(c, "a", { n: 1 });
+  const r = new Recorder();
+  h.onSnapshot(h.query(c), r.next, r.error, { includeMetadataChanges: true });
+  assert.deepEqual((await r.take()).docs, ["a"]);
+  const w = h.commit([
+    { op: "set", ref: h.doc(`${c}/b`), data: { n: 2 } },
+    { op: "remove", ref: h.doc(`${c}/a`), ifVersion: 7 },
+  ]);
+  let s = await r.take();
+  assert.deepEqual([s.docs, s.changes, s.pending], [["b"], ["remove a 0>-1", "add b -1>0"], true]);
+  await assert.rejects(w, (e: unknown) => e instanceof HeraldError && e.code === "version_conflict" && e.status === 409);
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes, s.pending], [["a"], ["remove b 0>-1", "add a -1>0"], false]);
+  // Malformed writes fail locally, before anything is queued.
+  await assert.rejects(h.update(h.doc(`${c}/a`), { $inc: { n: "x" } }), (e: unknown) => e instanceof HeraldError && e.code === "type_mismatch");
+  await r.quiet();
+});
+
+test("offline: cached results with fromCache, queued writes, then resume from seq and confirm once", async () => {
+  const { h, c } = await setup();
+  await put(c, "a", { n: 1 });
+  const r = new Recorder();
+  h.onSnapshot(h.query(c, { sort: { n: 1 } }), r.next, r.error, { includeMetadataChanges: true });
+  assert.deepEqual((await r.take()).docs, ["a"]);
+  proxy.down();
+  let s = await r.take();
+  assert.deepEqual([s.docs, s.changes, s.fromCache, s.pending], [["a"], [], true, false]);
+  // Another client writes while we are offline; we write too.
+  await put(c, "z", { n: 26 });
+  const w1 = h.update(h.doc(`${c}/a`), { $inc: { n: 10 } });
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes, s.fromCache, s.pending], [["a"], ["change a 0>0"], true, true]);
+  const w2 = h.set(h.doc(`${c}/b`), { n: 2 });
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes, s.pending], [["b", "a"], ["add b -1>0"], true]);
+  await sleep(200);
+  assert.equal(h.connectionState === "online", false);
+  proxy.up();
+  // Reconnect: the missed server change arrives (resume), then our writes are confirmed.
+  s = await r.until((x) => !x.fromCache && !x.pending && x.docs.length === 3);
+  assert.deepEqual(s.docs, ["b", "a", "z"]);
+  await Promise.all([w1, w2]);
+  const a = await server.http("GET", `/v1/docs/${c}/a`);
+  assert.equal(a.n, 11, "the queued $inc applied exactly once");
+  await r.quiet();
+});
+
+test("a lost acknowledgement is retried with the same mutation id and applies once", async () => {
+  const { h, c } = await setup({ requestTimeoutMs: 1000 });
+  await put(c, "a", { n: 0 });
+  proxy.oneway();
+  const w = h.update(h.doc(`${c}/a`), { $inc: { n: 1 } });
+  // The request reached the server and committed; the answer is lost.
+  for (let i = 0; ; i++) {
+    if ((await server.http("GET", `/v1/docs/${c}/a`)).n === 1) break;
+    assert.ok(i < 100, "the commit reached the server");
+    await sleep(20);
+  }
+  proxy.down();
+  await sleep(100);
+  proxy.up();
+  const result = await w;
+  assert.equal(result.results[0].version, 2);
+  await sleep(100);
+  assert.equal((await server.http("GET", `/v1/docs/${c}/a`)).n, 1, "applied once, not twice");
+});
+
+test("a silent (black-holed) connection is detected by the heartbeat timeout", async () => {
+  const { h, c } = await setup({ heartbeatTimeoutMs: 1500 });
+  const r = new Recorder();
+  h.onSnapshot(h.query(c), r.next, r.error, { includeMetadataChanges: true });
+  assert.deepEqual((await r.take()).fromCache, false);
+  const states: string[] = [];
+  h.onConnectionState((s) => states.push(s));
+  proxy.blackhole();
+  const s = await r.take(4000);
+  assert.equal(s.fromCache, true);
+  assert.equal(states[0], "offline");
+  proxy.up();
+  await waitState(h, "online");
+  assert.ok(states.includes("connecting"));
+  await put(c, "late", { n: 1 });
+  const back = await r.until((x) => x.docs.includes("late"));
+  assert.equal(back.fromCache, false);
+});
+
+test("document listens see exists, pending and confirmed states", async () => {
+  const { h, c } = await setup();
+  const seen: string[] = [];
+  const ref = h.doc(`${c}/d`);
+  let resolveDone: () => void;
+  const done = new Promise<void>((r) => (resolveDone = r));
+  h.onSnapshot(
+    ref,
+    (d) => {
+      seen.push(`${d.exists}:${String(d.data?.v)}:${d.metadata.hasPendingWrites}`);
+      if (seen.length === 3) resolveDone();
+    },
+    undefined,
+    { includeMetadataChanges: true },
+  );
+  await sleep(200);
+  await h.set(ref, { v: 1 });
+  await done;
+  assert.deepEqual(seen, ["false:undefined:false", "true:1:true", "true:1:false"]);
+});
+
+test("the offline queue survives the process (a file) and is sent in order", async () => {
+  const file = join(mkdtempSync(join(tmpdir(), "herald-sdk-queue-")), "state.json");
+  const { c } = await setup();
+  proxy.down();
+  const a = client(proxy.url, { persistence: new FilePersistence(file) });
+  const ref = a.doc(`${c}/list`);
+  void a.set(ref, { items: [] }).catch(() => {});
+  for (const i of [1, 2, 3]) void a.update(ref, { $push: { items: i } }).catch(() => {});
+  await sleep(100);
+  await a.close();
+  const stored = JSON.parse(readFileSync(file, "utf8")) as { mutations: unknown[] };
+  assert.equal(stored.mutations.length, 4);
+  // A new process: the same file, the network back.
+  proxy.up();
+  const b = client(proxy.url, { persistence: new FilePersistence(file) });
+  open.push(b);
+  await waitState(b, "online");
+  await b.waitForPendingWrites();
+  const doc = await server.http("GET", `/v1/docs/${c}/list`);
+  assert.deepEqual(doc.items, [1, 2, 3]);
+  // Replaying the same file again (as after a crash before the queue was rewritten) applies
+  // nothing twice: every mutation id is remembered by the server.
+  writeFileSync(file, JSON.stringify({ ...stored, clientId: (stored as { clientId?: string }).clientId }));
+  const again = client(proxy.url, { persistence: new FilePersistence(file) });
+  open.push(again);
+  await waitState(again, "online");
+  await sleep(50);
+  await again.waitForPendingWrites();
+  assert.deepEqual((await server.http("GET", `/v1/docs/${c}/list`)).items, [1, 2, 3]);
+});
+
+test("queries are answered from the persisted cache when offline", async () => {
+  const file = join(mkdtempSync(join(tmpdir(), "herald-sdk-cache-")), "state.json");
+  const { c } = await setup();
+  await put(c, "a", { n: 1, t: "x" });
+  await put(c, "b", { n: 2, t: "y" });
+  const a = client(proxy.url, { persistence: new FilePersistence(file) });
+  await waitState(a, "online");
+  const r = new Recorder();
+  const stop = a.onSnapshot(a.query(c, { sort: { n: 1 } }), r.next);
+  assert.deepEqual((await r.take()).docs, ["a", "b"]);
+  stop();
+  await a.close();
+  proxy.down();
+  const b = client(proxy.url, { persistence: new FilePersistence(file) });
+  open.push(b);
+  const r2 = new Recorder();
+  b.onSnapshot(b.query(c, { filter: { n: { $gte: 2 } }, projection: { t: 1 } }), r2.next);
+  const s = await r2.take();
+  assert.deepEqual([s.docs, s.fromCache], [["b"], true]);
+  assert.deepEqual(s.snap.docs[0].data, { _id: "b", t: "y" });
+  const g = await b.get(b.query(c, { sort: { n: -1 } }));
+  assert.deepEqual([g.docs.map((d) => d.id), g.metadata.fromCache], [["b", "a"], true]);
+  proxy.up();
+});
+
+test("subscriptions resume across a server restart", async () => {
+  const { h, c } = await setup();
+  await put(c, "a", { n: 1 });
+  const r = new Recorder();
+  h.onSnapshot(h.query(c, { sort: { n: 1 } }), r.next, r.error, { includeMetadataChanges: true });
+  assert.deepEqual((await r.take()).docs, ["a"]);
+  await server.restart();
+  await r.until((x) => x.fromCache);
+  await put(c, "b", { n: 2 });
+  const s = await r.until((x) => x.docs.length === 2 && !x.fromCache);
+  assert.deepEqual(s.docs, ["a", "b"]);
+  assert.deepEqual(r.inconsistencies, []);
+});
