@@ -1,0 +1,130 @@
+// Unit tests without a server: the snapshot diff (a property test against random lists), the
+// reconnect backoff, local write application, lossless JSON and the engine's ordering.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { diffDocs, type DocumentSnapshot } from "../src/client/snapshot.js";
+import { applyWrite, generateId } from "../src/client/writes.js";
+import { backoffDelay, Double, parseLossless, Query, stringifyLossless, type Doc } from "../src/index.js";
+
+/** A small deterministic PRNG so failures reproduce. */
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function snap(id: string, v: number): DocumentSnapshot {
+  return { id, path: `c/${id}`, exists: true, data: { _id: id, v }, metadata: { hasPendingWrites: false, fromCache: false } };
+}
+
+test("docChanges applied in order turn the previous docs into the new ones (property, 5000 cases)", () => {
+  const cases = Number(process.env.HERALD_SDK_DIFF_CASES ?? 5000);
+  for (let seed = 0; seed < cases; seed++) {
+    const r = rng(seed);
+    const universe = "abcdefghij".split("");
+    const pick = () =>
+      universe
+        .filter(() => r() < 0.6)
+        .sort(() => r() - 0.5)
+        .map((id) => snap(id, Math.floor(r() * 3)));
+    const prev = pick();
+    const next = pick();
+    const changes = diffDocs(prev, next);
+    const list = prev.map((d) => d.id);
+    for (const c of changes) {
+      if (c.oldIndex >= 0) {
+        assert.equal(list[c.oldIndex], c.doc.id, `seed ${seed}: ${c.kind} ${c.doc.id} at ${c.oldIndex}`);
+        list.splice(c.oldIndex, 1);
+      }
+      if (c.newIndex >= 0) list.splice(c.newIndex, 0, c.doc.id);
+      assert.equal(c.type, { add: "added", remove: "removed", change: "modified", changeIndex: "modified" }[c.kind]);
+    }
+    assert.deepEqual(list, next.map((d) => d.id), `seed ${seed}`);
+    // Every document whose content changed is reported; unchanged ones in place are not.
+    const before = new Map(prev.map((d) => [d.id, d.data?.v]));
+    for (const d of next) {
+      const reported = changes.some((c) => c.doc.id === d.id);
+      if (before.has(d.id) && before.get(d.id) !== d.data?.v) assert.ok(reported, `seed ${seed}: change of ${d.id}`);
+    }
+    assert.equal(new Set(changes.map((c) => c.doc.id)).size, changes.length, "one edit per document");
+  }
+});
+
+test("a single document moving is one changeIndex, not a cascade", () => {
+  const prev = [snap("c", 0), snap("a", 1), snap("b", 2)];
+  const next = [snap("a", 1), snap("b", 2), snap("c", 5)];
+  const changes = diffDocs(prev, next).map((c) => `${c.kind} ${c.doc.id} ${c.oldIndex}>${c.newIndex}`);
+  assert.deepEqual(changes, ["changeIndex c 0>2"]);
+});
+
+test("backoff grows exponentially with full jitter and a ceiling", () => {
+  const b = { initialMs: 100, maxMs: 2000 };
+  assert.equal(backoffDelay(0, b, () => 0.999999), 99);
+  assert.equal(backoffDelay(3, b, () => 0.999999), 799);
+  assert.equal(backoffDelay(10, b, () => 0.999999), 1999);
+  assert.equal(backoffDelay(100, b, () => 0.5), 1000);
+  assert.equal(backoffDelay(5, b, () => 0), 0);
+});
+
+test("local writes: put, update operators, upsert, delete, and unknown bases", () => {
+  const base = { _id: "a", n: 1, tags: ["x"] };
+  assert.deepEqual(applyWrite({ op: "update", collection: "c", id: "a", update: { $inc: { n: 2 }, $push: { tags: "y" } } }, base, 0), {
+    _id: "a",
+    n: 3,
+    tags: ["x", "y"],
+  });
+  assert.deepEqual(base, { _id: "a", n: 1, tags: ["x"] }, "the base is not mutated");
+  assert.deepEqual(applyWrite({ op: "put", collection: "c", id: "a", doc: { m: 1 } }, base, 0), { _id: "a", m: 1 });
+  assert.equal(applyWrite({ op: "delete", collection: "c", id: "a" }, base, 0), null);
+  // An update of a document the client has never seen stays unknown; of one known absent, only
+  // an upsert creates it.
+  assert.equal(applyWrite({ op: "update", collection: "c", id: "a", update: { $set: { n: 1 } } }, undefined, 0), undefined);
+  assert.equal(applyWrite({ op: "update", collection: "c", id: "a", update: { $set: { n: 1 } } }, null, 0), null);
+  assert.deepEqual(applyWrite({ op: "update", collection: "c", id: "a", update: { $set: { n: 1 } }, upsert: true }, null, 0), { _id: "a", n: 1 });
+  // A write the server will refuse leaves the document as it was.
+  assert.deepEqual(applyWrite({ op: "update", collection: "c", id: "a", update: { $inc: { tags: 1 } } }, base, 0), base);
+});
+
+test("generated ids are 20 alphanumeric characters", () => {
+  const ids = new Set(Array.from({ length: 1000 }, generateId));
+  assert.equal(ids.size, 1000);
+  for (const id of ids) assert.match(id, /^[A-Za-z0-9]{20}$/);
+});
+
+test("lossless JSON keeps doubles, big integers and key order", () => {
+  const text = '{"b":1.0,"a":9223372036854775807,"c":[2e3,-0.5,"\\u00e9"]}';
+  const v = parseLossless(text);
+  assert.ok((v as { b: unknown }).b instanceof Double);
+  assert.equal((v as { a: unknown }).a, 9223372036854775807n);
+  assert.equal(stringifyLossless(v), '{"b":1.0,"a":9223372036854775807,"c":[2000.0,-0.5,"é"]}');
+  assert.throws(() => parseLossless("{"), SyntaxError);
+});
+
+test("results are ordered by sort keys, then _id, in Herald's type order", () => {
+  const docs: Doc[] = [
+    { _id: "s", k: "x" },
+    { _id: "n", k: null },
+    { _id: "m" },
+    { _id: "b", k: true },
+    { _id: "o", k: { a: 1 } },
+    { _id: "a", k: [] },
+    { _id: "i2", k: 2 },
+    { _id: "i1", k: 1.5 },
+    { _id: "arr", k: [3, 0.5] },
+  ];
+  const q = Query.parse({ sort: { k: 1 }, skip: 1, limit: 6 });
+  assert.deepEqual(
+    q.run(docs).map((d) => (d as { _id: string })._id),
+    ["m", "n", "arr", "i1", "i2", "s"],
+  );
+  const desc = Query.parse({ sort: { k: -1 } });
+  assert.deepEqual(
+    desc.run(docs).map((d) => (d as { _id: string })._id),
+    ["b", "o", "s", "arr", "i2", "i1", "m", "n", "a"],
+  );
+});
