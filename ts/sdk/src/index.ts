@@ -4,6 +4,8 @@
 // package as `WebSocket`, and `FilePersistence` from `@herald/sdk/node` for a durable queue).
 export {
   connect,
+  PENDING_WRITES_MAX,
+  CACHE_DOCS_MAX,
   Herald,
   CollectionRef,
   DocumentRef,

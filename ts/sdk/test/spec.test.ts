@@ -278,3 +278,24 @@ test("subscriptions resume across a server restart", async () => {
   assert.deepEqual(s.docs, ["a", "b"]);
   assert.deepEqual(r.inconsistencies, []);
 });
+
+test("the write queue and the cache are bounded", async () => {
+  const { c } = await setup();
+  for (const id of ["a", "b", "c"]) await put(c, id, { n: id });
+  const h = client(proxy.url, { pendingWritesMax: 2, cacheDocsMax: 2 });
+  open.push(h);
+  await waitState(h, "online");
+  // Three documents received, two kept: the least recently received is forgotten.
+  await h.get(h.query(c, { sort: { n: 1 } }));
+  proxy.down();
+  await waitState(h, "offline");
+  const offline = await h.get(h.query(c, { sort: { n: 1 } }));
+  assert.deepEqual([offline.docs.map((d) => d.id), offline.metadata.fromCache], [["b", "c"], true]);
+  const w1 = h.set(h.doc(`${c}/x`), { n: 1 });
+  const w2 = h.set(h.doc(`${c}/y`), { n: 2 });
+  await sleep(20);
+  await assert.rejects(h.set(h.doc(`${c}/z`), { n: 3 }), (e: unknown) => e instanceof HeraldError && e.code === "limit_exceeded");
+  proxy.up();
+  await Promise.all([w1, w2]);
+  await h.set(h.doc(`${c}/z`), { n: 3 });
+});

@@ -40,6 +40,12 @@ export interface ConnectOptions {
   heartbeatTimeoutMs?: number;
   /** An HTTP request unanswered this long fails and is retried (default 15000 ms). */
   requestTimeoutMs?: number;
+  /** Most commits waiting for the server; one more is refused with `limit_exceeded`
+   * (default 10,000). */
+  pendingWritesMax?: number;
+  /** Most documents in the cache; the least recently received are forgotten first
+   * (default 100,000). */
+  cacheDocsMax?: number;
   backoff?: BackoffOptions;
 }
 
@@ -127,6 +133,10 @@ interface Listen {
 }
 
 const COMMIT_WRITES_MAX = 500;
+/** Default bound of the write queue (commits not yet acknowledged). */
+export const PENDING_WRITES_MAX = 10_000;
+/** Default bound of the document cache. */
+export const CACHE_DOCS_MAX = 100_000;
 
 /** Opens a client. The connection is made in the background; everything works offline. */
 export function connect(options: ConnectOptions): Herald {
@@ -154,8 +164,14 @@ export class Herald {
   private readonly rejectListeners = new Set<(e: HeraldError, writes: WireWrite[]) => void>();
   private closed = false;
   private readonly backoff: Required<BackoffOptions>;
+  private readonly pendingWritesMax: number;
+  private readonly cacheDocsMax: number;
+  /** Cache keys, least recently received first (for eviction). */
+  private readonly cacheOrder = new Map<string, [string, string]>();
 
   constructor(options: ConnectOptions) {
+    this.pendingWritesMax = options.pendingWritesMax ?? PENDING_WRITES_MAX;
+    this.cacheDocsMax = options.cacheDocsMax ?? CACHE_DOCS_MAX;
     const base = options.url.replace(/\/+$/, "");
     const fetchImpl = options.fetch ?? globalThis.fetch?.bind(globalThis);
     if (fetchImpl === undefined) throw new HeraldError("bad_request", "no fetch implementation: pass options.fetch");
@@ -338,6 +354,8 @@ export class Herald {
     }
     await this.ready;
     if (this.closed) throw new HeraldError("closed", "the client is closed");
+    if (this.queue.filter((p) => p.ackedSeq === undefined).length >= this.pendingWritesMax)
+      throw new HeraldError("limit_exceeded", `more than ${this.pendingWritesMax} commits are waiting for the server`);
     const m: StoredMutation = { id: `${this.clientId}:${this.nextBatch}`, batch: this.nextBatch++, writes: wire };
     const p: Pending = { m, collections: new Set(wire.map((w) => w.collection)) };
     const done = new Promise<CommitResult>((resolve, reject) => (p.settle = { resolve, reject }));
@@ -609,9 +627,20 @@ export class Herald {
   private cacheSet(collection: string, id: string, doc: Known): void {
     let c = this.cache.get(collection);
     if (c === undefined) this.cache.set(collection, (c = new Map()));
+    const key = `${collection}\u0000${id}`;
+    this.cacheOrder.delete(key);
     if (doc === undefined) c.delete(id);
-    else c.set(id, doc);
-    this.dirty.set(`${collection}\u0000${id}`, { collection, id, doc: doc ?? null });
+    else {
+      c.set(id, doc);
+      this.cacheOrder.set(key, [collection, id]);
+    }
+    this.dirty.set(key, { collection, id, doc: doc ?? null });
+    while (this.cacheOrder.size > this.cacheDocsMax) {
+      const [oldest, [oc, oid]] = this.cacheOrder.entries().next().value as [string, [string, string]];
+      this.cacheOrder.delete(oldest);
+      this.cache.get(oc)?.delete(oid);
+      this.dirty.set(oldest, { collection: oc, id: oid, doc: null });
+    }
     this.scheduleFlush();
   }
 
