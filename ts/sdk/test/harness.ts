@@ -27,10 +27,14 @@ export class HeraldServer {
   private child: ChildProcess | undefined;
   port = 0;
 
-  private constructor(readonly dataDir: string) {}
+  private constructor(
+    readonly dataDir: string,
+    private readonly extraArgs: string[],
+  ) {}
 
-  static async start(): Promise<HeraldServer> {
-    const s = new HeraldServer(mkdtempSync(join(tmpdir(), "herald-sdk-test-")));
+  /** Starts a server; `extraArgs` go to `herald serve` (e.g. a short log retention). */
+  static async start(extraArgs: string[] = []): Promise<HeraldServer> {
+    const s = new HeraldServer(mkdtempSync(join(tmpdir(), "herald-sdk-test-")), extraArgs);
     await s.launch(0);
     return s;
   }
@@ -42,7 +46,7 @@ export class HeraldServer {
   private launch(port: number): Promise<void> {
     const child = spawn(
       heraldBinary(),
-      ["serve", "--data", join(this.dataDir, "data"), "--listen", `127.0.0.1:${port}`, "--durability", "nosync"],
+      ["serve", "--data", join(this.dataDir, "data"), "--listen", `127.0.0.1:${port}`, "--durability", "nosync", ...this.extraArgs],
       { stdio: ["ignore", "ignore", "pipe"] },
     );
     this.child = child;

@@ -7,7 +7,8 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { HeraldError, type Herald } from "../src/index.js";
+import WebSocket from "ws";
+import { HeraldError, type Herald, type WebSocketConstructor } from "../src/index.js";
 import { FilePersistence } from "../src/node.js";
 import { client, HeraldServer, Proxy, Recorder, sleep, waitState } from "./harness.js";
 
@@ -298,4 +299,46 @@ test("the write queue and the cache are bounded", async () => {
   proxy.up();
   await Promise.all([w1, w2]);
   await h.set(h.doc(`${c}/z`), { n: 3 });
+});
+
+test("a resume the commit log no longer covers gets reset and a fresh result, then converges", async () => {
+  const short = await HeraldServer.start(["--log-retention-count", "2"]);
+  const p = await Proxy.start(short.port);
+  try {
+    // A WebSocket that records the type of every server message.
+    const types: string[] = [];
+    class SpyWebSocket extends WebSocket {
+      constructor(url: string) {
+        super(url);
+        this.addEventListener("message", (e) => types.push(String(JSON.parse(String(e.data)).type)));
+      }
+    }
+    const h = client(p.url, { WebSocket: SpyWebSocket as unknown as WebSocketConstructor });
+    open.push(h);
+    await waitState(h, "online");
+    const c = "resetspec";
+    const put2 = (id: string, doc: object) => short.http("PUT", `/v1/docs/${c}/${id}`, doc);
+    await put2("a", { n: 1 });
+    const r = new Recorder();
+    h.onSnapshot(h.query(c, { sort: { n: 1 }, limit: 2 }), r.next, r.error, { includeMetadataChanges: true });
+    assert.deepEqual((await r.take()).docs, ["a"]);
+    p.down();
+    await r.until((x) => x.fromCache);
+    // More commits than the log keeps: the client's seq falls out of the retained window.
+    await put2("b", { n: 0 });
+    await put2("a", { n: 5 });
+    await put2("c", { n: 3 });
+    await put2("d", { n: 9 });
+    // A restart empties the in-memory feed, so only the (short) durable log could serve the resume.
+    await short.restart();
+    p.up();
+    const s = await r.until((x) => !x.fromCache && x.docs.join() === "b,c");
+    assert.deepEqual(s.docs, ["b", "c"]);
+    assert.deepEqual(r.inconsistencies, []);
+    assert.ok(types.includes("reset"), `the server sent reset (saw ${types.join(" ")})`);
+    assert.equal(types.filter((t) => t === "initial").length, 2);
+  } finally {
+    await p.close();
+    await short.destroy();
+  }
 });
