@@ -53,12 +53,15 @@ function stripId(d: Doc): Doc {
   return rest;
 }
 
-/** A 20-character id from the same alphabet the server uses. */
+/** A 20-character id from the same alphabet the server uses, uniformly random. */
 export function generateId(): string {
   const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  const bytes = new Uint8Array(20);
-  globalThis.crypto.getRandomValues(bytes);
   let out = "";
-  for (const b of bytes) out += alphabet[b % alphabet.length];
+  while (out.length < 20) {
+    const bytes = new Uint8Array(32);
+    globalThis.crypto.getRandomValues(bytes);
+    // 248 = 4 * 62: bytes above it would favour the first letters, so they are skipped.
+    for (const b of bytes) if (b < 248 && out.length < 20) out += alphabet[b % 62];
+  }
   return out;
 }

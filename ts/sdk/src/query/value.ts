@@ -117,7 +117,7 @@ export function compareStrings(a: string, b: string): number {
       // Surrogates (0xD800-0xDFFF) encode code points above every BMP unit.
       const xs = x >= 0xd800 && x <= 0xdfff;
       const ys = y >= 0xd800 && y <= 0xdfff;
-      if (xs !== ys) return xs ? (y >= 0xe000 ? 1 : 1) : -1;
+      if (xs !== ys) return xs ? 1 : -1;
       return x < y ? -1 : 1;
     }
   }
