@@ -128,3 +128,16 @@ test("results are ordered by sort keys, then _id, in Herald's type order", () =>
     ["b", "o", "s", "arr", "i2", "i1", "m", "n", "a"],
   );
 });
+
+test("strings compare by code point (UTF-8 byte order), not UTF-16 units", () => {
+  const q = Query.parse({ sort: { s: 1 } });
+  const docs: Doc[] = [
+    { _id: "emoji", s: "\u{1F600}" },
+    { _id: "bmp", s: "\uFFFD" },
+    { _id: "ascii", s: "z" },
+  ];
+  assert.deepEqual(
+    q.run(docs).map((d) => (d as { _id: string })._id),
+    ["ascii", "bmp", "emoji"],
+  );
+});
