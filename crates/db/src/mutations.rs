@@ -245,7 +245,7 @@ mod tests {
         let db = open(dir.path(), MutationRetention::default());
         let tickets: Vec<_> = (0..4)
             .map(|_| {
-                db.try_submit_mutation(inc("b"), Some("same".into()))
+                db.try_submit_mutation(inc("b"), Some("same".into()), None)
                     .unwrap()
             })
             .collect();

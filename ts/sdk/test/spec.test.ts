@@ -342,3 +342,36 @@ test("a resume the commit log no longer covers gets reset and a fresh result, th
     await short.destroy();
   }
 });
+
+test("a token authenticates HTTP and the WebSocket; a wrong one is reported and its writes refused", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "herald-sdk-auth-"));
+  const keyFile = join(dir, "admin.key");
+  const key = "sdk-test-admin-key-0123456789";
+  writeFileSync(keyFile, key);
+  const secured = await HeraldServer.start(["--admin-key-file", keyFile]);
+  try {
+    const c = "authspec";
+    const good = client(secured.url, { token: key });
+    open.push(good);
+    await waitState(good, "online");
+    const r = new Recorder();
+    good.onSnapshot(good.query(c), r.next, r.error, { includeMetadataChanges: true });
+    await r.take();
+    await good.set(good.doc(`${c}/a`), { n: 1 });
+    assert.deepEqual((await r.until((x) => x.docs.length === 1 && !x.pending)).docs, ["a"]);
+
+    const bad = client(secured.url, { token: "not-the-key-at-all-000000" });
+    open.push(bad);
+    const errors: string[] = [];
+    bad.onConnectionError((e) => errors.push(e.code));
+    for (let i = 0; errors.length === 0; i++) {
+      assert.ok(i < 100, "the refused token is reported");
+      await sleep(20);
+    }
+    assert.equal(errors[0], "unauthenticated");
+    assert.notEqual(bad.connectionState, "online");
+    await assert.rejects(bad.set(bad.doc(`${c}/b`), { n: 2 }), (e: unknown) => e instanceof HeraldError && e.status === 401);
+  } finally {
+    await secured.destroy();
+  }
+});

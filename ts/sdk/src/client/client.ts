@@ -162,6 +162,7 @@ export class Herald {
   private pumpAttempt = 0;
   private readonly stateListeners = new Set<(s: ConnectionState) => void>();
   private readonly rejectListeners = new Set<(e: HeraldError, writes: WireWrite[]) => void>();
+  private readonly connectionErrorListeners = new Set<(e: HeraldError) => void>();
   private closed = false;
   private readonly backoff: Required<BackoffOptions>;
   private readonly pendingWritesMax: number;
@@ -189,7 +190,9 @@ export class Herald {
       onOnline: () => this.onOnline(),
       onMessage: (m) => this.onMessage(m),
       onState: (s) => this.onState(s),
-      onError: () => {},
+      onError: (e) => {
+        for (const cb of this.connectionErrorListeners) cb(e);
+      },
     });
     this.ready = this.restore();
     void this.ready.then(() => this.conn.start());
@@ -224,6 +227,13 @@ export class Herald {
   onConnectionState(cb: (s: ConnectionState) => void): () => void {
     this.stateListeners.add(cb);
     return () => this.stateListeners.delete(cb);
+  }
+
+  /** Calls `cb` when the live connection fails for a reason worth showing (a refused token);
+   * the client keeps retrying with backoff. */
+  onConnectionError(cb: (e: HeraldError) => void): () => void {
+    this.connectionErrorListeners.add(cb);
+    return () => this.connectionErrorListeners.delete(cb);
   }
 
   /** Calls `cb` when the server refuses a queued write (its local effect is rolled back). */

@@ -59,6 +59,8 @@ export class Connection {
   private retryTimer: ReturnType<typeof setTimeout> | undefined;
   private watchdog: ReturnType<typeof setInterval> | undefined;
   private lastMessageAt = 0;
+  /** Sent `auth` on this socket and waiting for its answer. */
+  private authenticating = false;
 
   constructor(private readonly o: ConnectionOptions) {}
 
@@ -115,8 +117,10 @@ export class Connection {
     this.lastMessageAt = Date.now();
     this.armWatchdog();
     ws.onopen = () => {
-      if (this.o.token !== undefined) ws.send(JSON.stringify({ op: "auth", token: this.o.token }));
-      else this.online();
+      if (this.o.token !== undefined) {
+        this.authenticating = true;
+        ws.send(JSON.stringify({ op: "auth", token: this.o.token }));
+      } else this.online();
     };
     ws.onmessage = (ev) => {
       this.lastMessageAt = Date.now();
@@ -126,7 +130,15 @@ export class Connection {
       } catch {
         return;
       }
+      if (this.authenticating && msg.type === "error") {
+        // A refused first `auth` (the server closes the connection after it).
+        this.authenticating = false;
+        this.o.onError(new HeraldError(String(msg.code ?? "unauthenticated"), String(msg.message ?? "authentication failed"), 401));
+        this.lost();
+        return;
+      }
       if (msg.type === "auth") {
+        this.authenticating = false;
         if (msg.ok === true) this.online();
         else {
           this.o.onError(new HeraldError(String(msg.code ?? "unauthenticated"), String(msg.message ?? "authentication failed")));
