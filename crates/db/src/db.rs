@@ -87,12 +87,21 @@ pub(crate) struct Inner {
     pub(crate) triggers: crate::triggers::Registry,
 }
 
+/// Why [`Db::try_submit_or_return`] did not queue a transaction, with its writes when the
+/// write queue was only full (`overloaded`), so they can be retried without a copy.
+pub type Refused = (DbError, Option<Vec<Write>>);
+
 /// What runs after a commit that changed documents, on the writer thread in commit order:
-/// advance the seq, publish to the live-query feed, count the tasks it queued.
-pub(crate) fn publish_hook(inner: &Arc<Inner>, outcome: &CommitOutcome) -> impl FnOnce() + 'static {
+/// advance the seq, publish to the live-query feed, count the tasks it queued. The changes
+/// move into the hook (the feed owns them), so `outcome.changes` is empty afterwards: copying
+/// every before- and after-image of every commit cost the writer measurable time.
+pub(crate) fn publish_hook(
+    inner: &Arc<Inner>,
+    outcome: &mut CommitOutcome,
+) -> impl FnOnce() + 'static {
     let db = Arc::clone(inner);
     let seq = outcome.seq;
-    let changes = (!outcome.changes.is_empty()).then(|| outcome.changes.clone());
+    let changes = (!outcome.changes.is_empty()).then(|| std::mem::take(&mut outcome.changes));
     let bytes = outcome.record_bytes;
     let tasks = outcome.tasks.clone();
     move || {
@@ -256,6 +265,24 @@ impl Db {
         self.enqueue_guarded(writes, None, false, Some(guard))
     }
 
+    /// Like [`try_submit`](Db::try_submit), but when the write queue is full hands the writes
+    /// back (prepared: generated ids stay chosen) with the `overloaded` error, so a caller that
+    /// retries later (bulk ingest) need not clone every write before trying.
+    pub fn try_submit_or_return(
+        &self,
+        mut writes: Vec<Write>,
+    ) -> Result<Ticket<CommitOutcome, DbError>, Refused> {
+        if let Err(e) = prepare(&mut writes, &self.inner.settings.limits, COMMIT_WRITES_MAX) {
+            return Err((e, None));
+        }
+        let writes = Arc::new(writes);
+        match self.enqueue_prepared(Arc::clone(&writes), None, false, None) {
+            Ok(ticket) => Ok(ticket),
+            // A refused job is dropped before the error returns, so ours is the only handle.
+            Err(e) => Err((e, Arc::try_unwrap(writes).ok())),
+        }
+    }
+
     fn enqueue(
         &self,
         writes: Vec<Write>,
@@ -273,6 +300,16 @@ impl Db {
         guard: Option<WriteGuard>,
     ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
         prepare(&mut writes, &self.inner.settings.limits, COMMIT_WRITES_MAX)?;
+        self.enqueue_prepared(Arc::new(writes), mutation_id, block, guard)
+    }
+
+    fn enqueue_prepared(
+        &self,
+        writes: Arc<Vec<Write>>,
+        mutation_id: Option<String>,
+        block: bool,
+        guard: Option<WriteGuard>,
+    ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
         let inner = Arc::clone(&self.inner);
         let job = move |txn: &mut WriteTxn<'_>| {
             let now_ms = now_ms();
@@ -289,13 +326,13 @@ impl Db {
                 now_ms,
                 guard: guard.as_deref(),
             };
-            let outcome = apply(txn, &writes, &ctx)?;
+            let mut outcome = apply(txn, &writes, &ctx)?;
             if let Some(id) = &mutation_id {
                 let retention = &inner.settings.mutations;
                 mutations::record(txn, id, outcome.seq, &outcome.results, now_ms, retention)?;
             }
             // Hooks run in commit order on the writer thread, so the feed sees seqs in order.
-            txn.on_commit(publish_hook(&inner, &outcome));
+            txn.on_commit(publish_hook(&inner, &mut outcome));
             Ok(outcome)
         };
         let ticket = if block {

@@ -203,6 +203,64 @@ fn log_retention_prunes_old_records() {
     assert_eq!(db.log_range(0, 100).unwrap().len(), 5);
 }
 
+/// A full write queue refuses without losing the writes: they come back (prepared, so an
+/// insert keeps the id it was given) and commit when retried.
+#[test]
+fn a_full_queue_hands_the_writes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = DbOptions {
+        durability: Durability::NoSync,
+        ..DbOptions::default()
+    };
+    opts.store.write_queue_max = 1;
+    let db = Db::open(dir.path(), opts).unwrap();
+    let (mut tickets, mut refused) = (Vec::new(), 0);
+    for i in 0..20_000 {
+        let w = vec![Write::Insert {
+            collection: "c".into(),
+            id: None,
+            doc: json!({"i": i}),
+        }];
+        match db.try_submit_or_return(w) {
+            Ok(t) => tickets.push(t),
+            Err((e, back)) => {
+                assert_eq!(e.code(), "overloaded");
+                let back = back.expect("an overloaded submit hands the writes back");
+                let Write::Insert { id, doc, .. } = &back[0] else {
+                    panic!("not the write submitted: {back:?}");
+                };
+                let id = id.clone().expect("the generated id was kept");
+                assert_eq!(
+                    (doc["i"].as_i64(), doc["_id"].as_str()),
+                    (Some(i), Some(id.as_str()))
+                );
+                refused += 1;
+                // Retry until it is queued; the id stays the same.
+                let mut again = back;
+                let ticket = loop {
+                    match db.try_submit_or_return(again) {
+                        Ok(t) => break t,
+                        Err((_, Some(b))) => {
+                            again = b;
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                        Err((e, None)) => panic!("{e}"),
+                    }
+                };
+                let out = ticket.wait().unwrap();
+                assert_eq!(out.results[0].id, id);
+            }
+        }
+        if refused >= 3 {
+            break;
+        }
+    }
+    assert!(refused >= 3, "a one-slot queue never filled");
+    for t in tickets {
+        t.wait().unwrap();
+    }
+}
+
 #[test]
 fn planner_uses_indexes_and_explains() {
     let dir = tempfile::tempdir().unwrap();

@@ -9,6 +9,7 @@ pub mod api;
 pub mod auth;
 pub mod bench;
 pub mod bench_fanout;
+pub mod bench_ingest;
 pub mod bench_live;
 pub mod state;
 pub mod triggers;

@@ -50,6 +50,33 @@ enum SeriesArg {
     Writes,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum ViaArg {
+    /// WebSocket write requests (`{"op":"write"}` on /v1/ws), one per batch.
+    Ws,
+    /// POST /v1/bulk (NDJSON), one request per batch.
+    Bulk,
+    /// One streamed POST /v1/bulk per generator for the whole run (rockbench only).
+    Stream,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PatternArg {
+    Upserts,
+    Copy,
+    ReadsRepeat,
+    ReadsUnique,
+}
+
+fn via_of(v: ViaArg) -> herald::bench_ingest::client::Via {
+    use herald::bench_ingest::client::Via;
+    match v {
+        ViaArg::Ws => Via::Ws,
+        ViaArg::Bulk => Via::Bulk,
+        ViaArg::Stream => Via::Stream,
+    }
+}
+
 fn durability_of(d: DurabilityArg) -> Durability {
     match d {
         DurabilityArg::Fsync => Durability::Fsync,
@@ -177,6 +204,103 @@ enum BenchCommand {
         redis: String,
         #[arg(long, default_value_t = 4)]
         concurrency: usize,
+    },
+    /// RockBench data latency: ~1 KB events written at a fixed or bursty rate while a pull
+    /// query and a live subscription measure how soon the newest event is visible.
+    Rockbench {
+        /// Events per second over all generators (with --search: the first probe).
+        #[arg(long, default_value_t = 5_000)]
+        rate: u64,
+        /// Seconds of writing (per probe with --search).
+        #[arg(long, default_value_t = 10)]
+        secs: u64,
+        /// Percent of --rate per equal segment of the run (comma-separated): 100 is a fixed
+        /// rate, 50,200,50 a burst.
+        #[arg(long, value_delimiter = ',', default_value = "100")]
+        shape: Vec<f64>,
+        /// Share of events (0 to 1) that overwrite an earlier event.
+        #[arg(long, default_value_t = 0.0)]
+        overwrite: f64,
+        /// Share of events (0 to 1) with a sparse or changed schema.
+        #[arg(long, default_value_t = 0.0)]
+        sparse: f64,
+        /// Generator instances, each with its own connection and an equal share of the rate.
+        #[arg(long, default_value_t = 2)]
+        generators: u32,
+        /// How generators write: `ws` (WebSocket write requests), `bulk` (a POST /v1/bulk per
+        /// batch) or `stream` (one streamed POST /v1/bulk per generator).
+        #[arg(long, value_enum, default_value = "ws")]
+        via: ViaArg,
+        /// A generator sends what is due every this many milliseconds.
+        #[arg(long, default_value_t = 10)]
+        batch_ms: u64,
+        /// Period of the pull evaluator's query for the newest event time.
+        #[arg(long, default_value_t = 100)]
+        pull_ms: u64,
+        /// Fields exempted from automatic indexing (comma-separated; empty: none).
+        #[arg(long, value_delimiter = ',', default_value = "text")]
+        exempt: Vec<String>,
+        #[arg(long, value_enum, default_value = "fsync")]
+        durability: DurabilityArg,
+        /// Find the highest rate with pull p95 <= 100 ms, then <= 1 s.
+        #[arg(long)]
+        search: bool,
+        /// Search: highest rate tried.
+        #[arg(long, default_value_t = 100_000)]
+        max_rate: u64,
+        /// Search: bisection steps between the last pass and the first fail.
+        #[arg(long, default_value_t = 3)]
+        bisect_steps: u32,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// JSON output (default: target/bench-results/rockbench.json); charts next to it.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Stream-processing patterns: windowed keyed upserts, a sequential bulk copy, point reads
+    /// with and without repeats; each with and without live subscribers.
+    Stream {
+        /// Patterns (comma-separated): upserts, copy, reads-repeat, reads-unique.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "upserts,copy,reads-repeat,reads-unique"
+        )]
+        patterns: Vec<PatternArg>,
+        /// Live subscriptions per run (comma-separated; one fresh server per value).
+        #[arg(long, value_delimiter = ',', default_value = "0,8")]
+        subscribers: Vec<u32>,
+        /// Keyed cells of the upsert pattern (one upsert per cell per window).
+        #[arg(long, default_value_t = 10_000)]
+        cells: u64,
+        /// Windows (one burst each, one per second) of the upsert pattern.
+        #[arg(long, default_value_t = 10)]
+        windows: u32,
+        /// Documents of the source collection (copied; read by the read patterns).
+        #[arg(long, default_value_t = 50_000)]
+        source_docs: u64,
+        /// Hot documents of the reads-repeat pattern.
+        #[arg(long, default_value_t = 100)]
+        hot_docs: u64,
+        /// Longest time of each read pattern, in seconds.
+        #[arg(long, default_value_t = 5)]
+        read_secs: u64,
+        /// Concurrent readers.
+        #[arg(long, default_value_t = 16)]
+        clients: u32,
+        #[arg(long, value_enum, default_value = "ws")]
+        via: ViaArg,
+        /// Each batch of 500 writes is one transaction (needs --via ws).
+        #[arg(long)]
+        atomic: bool,
+        #[arg(long, value_enum, default_value = "fsync")]
+        durability: DurabilityArg,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// JSON output (default: target/bench-results/stream.json); charts next to it.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Durable inserts, point reads and an indexed range query through the HTTP API.
     Http {
@@ -522,6 +646,85 @@ fn main() {
                     concurrency,
                 },
             ));
+        }
+        Command::Bench(BenchCommand::Rockbench {
+            rate,
+            secs,
+            shape,
+            overwrite,
+            sparse,
+            generators,
+            via,
+            batch_ms,
+            pull_ms,
+            exempt,
+            durability,
+            search,
+            max_rate,
+            bisect_steps,
+            seed,
+            out,
+        }) => {
+            let opts = herald::bench_ingest::rockbench::RockOptions {
+                rate,
+                secs,
+                shape,
+                overwrite,
+                sparse,
+                generators,
+                via: via_of(via),
+                batch_ms,
+                pull_ms,
+                exempt: exempt.into_iter().filter(|e| !e.is_empty()).collect(),
+                durability: durability_of(durability),
+                search,
+                max_rate,
+                bisect_steps,
+                seed,
+                out,
+            };
+            run_bench(herald::bench_ingest::rockbench::run(opts));
+        }
+        Command::Bench(BenchCommand::Stream {
+            patterns,
+            subscribers,
+            cells,
+            windows,
+            source_docs,
+            hot_docs,
+            read_secs,
+            clients,
+            via,
+            atomic,
+            durability,
+            seed,
+            out,
+        }) => {
+            use herald::bench_ingest::stream::{Pattern, StreamOptions};
+            let opts = StreamOptions {
+                patterns: patterns
+                    .iter()
+                    .map(|p| match p {
+                        PatternArg::Upserts => Pattern::Upserts,
+                        PatternArg::Copy => Pattern::Copy,
+                        PatternArg::ReadsRepeat => Pattern::ReadsRepeat,
+                        PatternArg::ReadsUnique => Pattern::ReadsUnique,
+                    })
+                    .collect(),
+                subscribers,
+                cells,
+                windows,
+                source_docs,
+                hot_docs,
+                read_secs,
+                clients,
+                via: via_of(via),
+                atomic,
+                durability: durability_of(durability),
+                seed,
+                out,
+            };
+            run_bench(herald::bench_ingest::stream::run(opts));
         }
         Command::Bench(BenchCommand::Http {
             clients,

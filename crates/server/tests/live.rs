@@ -4,45 +4,13 @@
 
 mod common;
 
+use common::ws::{connect, next, send};
 use common::Server;
 use futures_util::{SinkExt, StreamExt};
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn connect(s: &Server) -> Ws {
-    let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/v1/ws", s.addr))
-        .await
-        .expect("ws connect");
-    ws
-}
-
-async fn send(ws: &mut Ws, v: Value) {
-    ws.send(Message::Text(v.to_string().into()))
-        .await
-        .expect("ws send");
-}
-
-/// The next message that is not a heartbeat.
-async fn next(ws: &mut Ws) -> Value {
-    loop {
-        let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
-            .await
-            .expect("a message within 10 s")
-            .expect("open")
-            .expect("ok");
-        if let Message::Text(t) = m {
-            let v: Value = serde_json::from_str(&t).unwrap();
-            if v["type"] != "heartbeat" {
-                return v;
-            }
-        }
-    }
-}
 
 fn ids(docs: &Value) -> Vec<String> {
     docs.as_array()

@@ -265,7 +265,7 @@ impl Db {
                 }
             }
             txn.delete(Table::Tasks, key);
-            let outcome = if writes.is_empty() {
+            let mut outcome = if writes.is_empty() {
                 None
             } else {
                 let ctx = ApplyCtx {
@@ -278,7 +278,7 @@ impl Db {
                 };
                 Some(apply(txn, &writes, &ctx)?)
             };
-            let publish = outcome.as_ref().map(|o| publish_hook(&inner, o));
+            let publish = outcome.as_mut().map(|o| publish_hook(&inner, o));
             let db = Arc::clone(&inner);
             txn.on_commit(move || {
                 if let Some(p) = publish {

@@ -14,7 +14,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::Json;
 use futures_util::StreamExt;
-use herald_db::{CommitOutcome, DbError, Ticket};
+use herald_db::{CommitOutcome, DbError, Ticket, Write};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -73,8 +73,8 @@ async fn submit_line(
     line: &[u8],
 ) {
     let parsed = parse_json(line, "line").and_then(parse_write);
-    let w = match parsed {
-        Ok(w) => w,
+    let mut writes = match parsed {
+        Ok(w) => vec![w],
         Err(e) => return t.fail(line_no, e.code, &e.message),
     };
     loop {
@@ -82,20 +82,38 @@ async fn submit_line(
             let oldest = inflight.pop_front().expect("non-empty");
             settle(t, oldest).await;
         }
-        match st.db.try_submit(vec![w.clone()]) {
-            Ok(ticket) => {
+        match try_queue(st, writes) {
+            Submitted::Queued(ticket) => {
                 inflight.push_back((line_no, ticket));
                 return;
             }
-            Err(DbError::Storage(e)) if e.code() == "overloaded" => match inflight.pop_front() {
-                Some(oldest) => settle(t, oldest).await,
-                None => tokio::time::sleep(Duration::from_millis(1)).await,
-            },
-            Err(e) => {
-                let e = ApiError::from(e);
-                return t.fail(line_no, e.code, &e.message);
+            Submitted::Full(back) => {
+                writes = back;
+                match inflight.pop_front() {
+                    Some(oldest) => settle(t, oldest).await,
+                    None => tokio::time::sleep(Duration::from_millis(1)).await,
+                }
             }
+            Submitted::Failed(e) => return t.fail(line_no, e.code, &e.message),
         }
+    }
+}
+
+/// What [`try_queue`] did with a transaction.
+pub(crate) enum Submitted {
+    Queued(Ticket<CommitOutcome, DbError>),
+    /// The write queue is full: here are the writes back, to retry once something settles.
+    Full(Vec<Write>),
+    Failed(ApiError),
+}
+
+/// Queues one transaction without blocking. The writes are not cloned: a full queue hands
+/// them back (the shared ingest step of `/v1/bulk` and WebSocket writes).
+pub(crate) fn try_queue(st: &AppState, writes: Vec<Write>) -> Submitted {
+    match st.db.try_submit_or_return(writes) {
+        Ok(ticket) => Submitted::Queued(ticket),
+        Err((DbError::Storage(e), Some(back))) if e.code() == "overloaded" => Submitted::Full(back),
+        Err((e, _)) => Submitted::Failed(ApiError::from(e)),
     }
 }
 

@@ -1,5 +1,6 @@
-//! Live queries over WebSocket (`/v1/ws`, many subscriptions per connection) and Server-Sent
-//! Events (`/v1/subscribe`, one subscription per stream). Both feed the engine in
+//! Live queries over WebSocket (`/v1/ws`, many subscriptions per connection, and write requests
+//! from admin and service keys: `ws_writes`) and Server-Sent Events (`/v1/subscribe`, one
+//! subscription per stream). Both feed the engine in
 //! `herald_db::live` and relay its messages: `initial`, `changes`, `reset`, `error`, plus
 //! `heartbeat` when a connection has been idle for the heartbeat interval.
 //!
@@ -19,6 +20,7 @@
 
 use crate::api::auth::{bearer, principal_of};
 use crate::api::error::ApiError;
+use crate::api::ws_writes::WsWrites;
 use crate::auth::{now_ms, Principal};
 use crate::state::AppState;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -287,6 +289,8 @@ enum Next {
     Continue,
     /// Send this, then close with a policy-violation frame and this reason.
     Close(Option<Value>, &'static str),
+    /// A write request from a trusted principal, for the connection's `WsWrites`.
+    Write(Map<String, Value>),
 }
 
 async fn send_json(socket: &mut WebSocket, v: &Value) -> bool {
@@ -311,6 +315,7 @@ async fn run_ws(
 ) {
     let mut conn = Conn::new(&st);
     let mut subs: HashSet<String> = HashSet::new();
+    let mut writes = WsWrites::default();
     let mut session = Session {
         principal: None,
         expires: None,
@@ -366,7 +371,14 @@ async fn run_ws(
                     break;
                 }
             }
-            incoming = socket.recv() => {
+            // Replies first, so answered writes free room before more are read.
+            reply = writes.next_reply(), if !writes.is_empty() => {
+                let Some(reply) = reply else { continue };
+                if !send_json(&mut socket, &reply).await { break }
+                idle.reset();
+            }
+            // Not read while the connection's writes in flight are at their bound (backpressure).
+            incoming = socket.recv(), if writes.has_room() => {
                 let text = match incoming {
                     Some(Ok(Message::Text(t))) => t,
                     Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
@@ -389,12 +401,22 @@ async fn run_ws(
                 if let Some(reply) = reply {
                     if !send_json(&mut socket, &reply).await { break }
                 }
-                if let Next::Close(msg, reason) = next {
-                    if let Some(m) = msg {
-                        let _ = send_json(&mut socket, &m).await;
+                match next {
+                    Next::Continue => {}
+                    Next::Write(m) => {
+                        let mut ok = true;
+                        for r in writes.submit(&st, m).await {
+                            if !send_json(&mut socket, &r).await { ok = false; break }
+                        }
+                        if !ok { break }
                     }
-                    close(&mut socket, reason).await;
-                    break;
+                    Next::Close(msg, reason) => {
+                        if let Some(m) = msg {
+                            let _ = send_json(&mut socket, &m).await;
+                        }
+                        close(&mut socket, reason).await;
+                        break;
+                    }
                 }
             }
             out = conn.rx.recv() => {
@@ -533,6 +555,24 @@ fn client_message(
             Next::Close(Some(error_msg(None, &e)), "not authenticated"),
         );
     };
+    if m.get("op").and_then(Value::as_str) == Some("write") {
+        // Like `/v1/bulk`: high-rate ingest is for admin and service keys; end users write
+        // through the rules with `/v1/commit` and the document endpoints.
+        if principal.user().is_some() {
+            let mut e = error_msg(
+                None,
+                &ApiError::new(
+                    "permission_denied",
+                    "write requests need an admin or service key",
+                ),
+            );
+            if let Some(r) = m.get("req").filter(|r| r.is_string()) {
+                e["req"] = r.clone();
+            }
+            return (Some(e), Next::Continue);
+        }
+        return (None, Next::Write(m));
+    }
     (
         subscription_message(st, conn, subs, &principal, &mut m),
         Next::Continue,
@@ -652,7 +692,7 @@ fn subscription_message(
             Some(&sub),
             &ApiError::new(
                 "bad_request",
-                "'op' must be \"auth\", \"subscribe\" or \"unsubscribe\"",
+                "'op' must be \"auth\", \"subscribe\", \"unsubscribe\" or \"write\"",
             ),
         )),
     }

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod query;
 pub mod triggers;
 pub mod writes;
+pub mod ws_writes;
 
 use crate::state::AppState;
 use axum::extract::State;

@@ -1,5 +1,5 @@
-//! Hand-written SVG line charts (no dependency): lines of points on logarithmic x and y axes,
-//! an optional horizontal threshold and an optional vertical marker, with a legend. A small
+//! Hand-written SVG line charts (no dependency): lines of points on a logarithmic y axis and a
+//! logarithmic or linear x axis (time series), an optional horizontal threshold and an optional vertical marker, with a legend. A small
 //! writer (`Svg`) emits the elements; `Chart::to_svg` lays them out.
 
 use std::fmt::Write;
@@ -38,6 +38,8 @@ pub struct Chart {
     pub marker: Option<(f64, String)>,
     /// Legend text explaining filled and open markers.
     pub marker_note: String,
+    /// A linear x axis from 0 (time series) instead of a logarithmic one.
+    pub x_linear: bool,
 }
 
 /// How a legend entry is drawn.
@@ -125,12 +127,13 @@ impl Svg {
     }
 }
 
-/// A logarithmic axis from `lo` to `hi` (both 1-2-5 values) onto pixels `a`..`b`.
+/// A logarithmic (or linear) axis from `lo` to `hi` (both 1-2-5 values) onto pixels `a`..`b`.
 struct LogAxis {
     lo: f64,
     hi: f64,
     a: f64,
     b: f64,
+    linear: bool,
 }
 
 /// The 1-2-5 sequence from the largest value at most `min` to the smallest at least `max`.
@@ -155,9 +158,28 @@ fn ticks(min: f64, max: f64) -> Vec<f64> {
 
 impl LogAxis {
     fn at(&self, v: f64) -> f64 {
-        let f = (v.ln() - self.lo.ln()) / (self.hi.ln() - self.lo.ln());
+        let f = if self.linear {
+            (v - self.lo) / (self.hi - self.lo)
+        } else {
+            (v.ln() - self.lo.ln()) / (self.hi.ln() - self.lo.ln())
+        };
         self.a + f * (self.b - self.a)
     }
+}
+
+/// Ticks of a linear axis from 0: 1-2-5 steps, about 5 to 10 of them.
+fn linear_ticks(max: f64) -> Vec<f64> {
+    let max = max.max(1e-9);
+    let mut step = 10f64.powi(max.log10().floor() as i32 - 1);
+    while max / step > 10.0 {
+        step *= if (step / 10f64.powi(step.log10().floor() as i32) - 2.0).abs() < 1e-9 {
+            2.5
+        } else {
+            2.0
+        };
+    }
+    let n = (max / step - 1e-9).ceil().max(1.0) as usize;
+    (0..=n).map(|i| i as f64 * step).collect()
 }
 
 /// `1,500` -> `1.5k`, `400000` -> `400k`, `0.5` -> `0.5`.
@@ -176,7 +198,7 @@ impl Chart {
         let (l, t, r, b) = PLOT;
         let pts = self.lines.iter().flat_map(|s| &s.points);
         let (mut xs, mut ys): (Vec<f64>, Vec<f64>) = pts
-            .filter(|p| p.x > 0.0 && p.y > 0.0)
+            .filter(|p| (self.x_linear || p.x > 0.0) && p.y > 0.0)
             .map(|p| (p.x, p.y))
             .unzip();
         xs.extend(self.marker.as_ref().map(|m| m.0));
@@ -190,21 +212,25 @@ impl Chart {
                 (1.0, 10.0)
             }
         };
-        let (xt, yt) = (
-            ticks(range(&xs).0, range(&xs).1),
-            ticks(range(&ys).0, range(&ys).1),
-        );
+        let xt = if self.x_linear {
+            linear_ticks(range(&xs).1)
+        } else {
+            ticks(range(&xs).0, range(&xs).1)
+        };
+        let yt = ticks(range(&ys).0, range(&ys).1);
         let x = LogAxis {
             lo: xt[0],
             hi: xt[xt.len() - 1],
             a: l,
             b: r,
+            linear: self.x_linear,
         };
         let y = LogAxis {
             lo: yt[0],
             hi: yt[yt.len() - 1],
             a: b,
             b: t,
+            linear: false,
         };
 
         let mut svg = Svg::new(WIDTH, HEIGHT);
@@ -215,7 +241,7 @@ impl Chart {
         for &v in &xt {
             let px = x.at(v);
             svg.line((px, t), (px, b), GRID, false);
-            if !sparse(&xt) || (v.log10().fract()).abs() < 1e-9 {
+            if self.x_linear || !sparse(&xt) || (v.log10().fract()).abs() < 1e-9 {
                 svg.text((px, b + 18.0), &short(v), 11, "middle", false);
             }
         }
@@ -249,7 +275,11 @@ impl Chart {
             legend.push(("#27ae60", label.clone(), Swatch::Dashed));
         }
         for s in &self.lines {
-            let mut p: Vec<&Point> = s.points.iter().filter(|p| p.x > 0.0 && p.y > 0.0).collect();
+            let mut p: Vec<&Point> = s
+                .points
+                .iter()
+                .filter(|p| (self.x_linear || p.x > 0.0) && p.y > 0.0)
+                .collect();
             p.sort_by(|a, b| a.x.total_cmp(&b.x));
             let xy: Vec<(f64, f64)> = p.iter().map(|p| (x.at(p.x), y.at(p.y))).collect();
             if s.connect {
@@ -299,6 +329,20 @@ mod tests {
     }
 
     #[test]
+    fn linear_ticks_start_at_zero_in_round_steps() {
+        assert_eq!(
+            linear_ticks(10.0),
+            (0..=10).map(f64::from).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            linear_ticks(33.0),
+            vec![0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0]
+        );
+        assert_eq!(*linear_ticks(600.0).last().unwrap(), 600.0);
+        assert!(linear_ticks(600.0).len() <= 11);
+    }
+
+    #[test]
     fn short_numbers() {
         assert_eq!(short(1500.0), "1.5k");
         assert_eq!(short(400_000.0), "400k");
@@ -334,6 +378,7 @@ mod tests {
             threshold: Some((30.0, "30 ms".into())),
             marker: Some((1500.0, "capacity".into())),
             marker_note: "filled: pass\nopen: fail".into(),
+            x_linear: false,
         };
         let s = c.to_svg();
         assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));

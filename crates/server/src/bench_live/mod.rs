@@ -16,11 +16,11 @@
 //! charts them (`chart`: the SVG writer).
 //! Results (with latency histograms) go to JSON; charts next to it.
 
-mod chart;
+pub(crate) mod chart;
 mod probe;
-mod report;
-mod search;
-mod server;
+pub(crate) mod report;
+pub(crate) mod search;
+pub(crate) mod server;
 
 use rand::Rng;
 use serde_json::{json, Value};

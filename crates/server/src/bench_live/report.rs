@@ -152,6 +152,7 @@ impl Outcome {
             }),
             marker_note: "filled marker: the run passed\n(p99 <= 30 ms, rate held,\nnothing lost); open: it failed"
                 .into(),
+            x_linear: false,
         }
     }
 }

@@ -110,46 +110,81 @@ impl Searcher<'_> {
         Ok(pass)
     }
 
-    /// The largest passing value (and whether it is the bound), or `None` when nothing passed.
+    /// The largest passing value, or `None` when nothing passed.
     async fn capacity(
         &mut self,
         start: u64,
         bound: u64,
         steps: u32,
     ) -> Result<Option<u64>, String> {
-        let floor = (start / 64).max(1);
-        let (mut pass, mut fail) = (None::<u64>, None::<u64>);
-        let mut x = start.min(bound);
-        loop {
-            if self.probe(x).await? {
-                pass = Some(x);
-                if fail.is_some() || x >= bound {
-                    break;
-                }
-                x = (x * 2).min(bound);
-            } else {
-                fail = Some(x);
-                if pass.is_some() || x <= floor {
-                    break;
-                }
-                x = (x / 2).max(floor);
-            }
+        let mut search = CapacitySearch::new(start, bound, steps);
+        while let Some(x) = search.next() {
+            let pass = self.probe(x).await?;
+            search.record(x, pass);
         }
-        let (Some(mut lo), Some(mut hi)) = (pass, fail) else {
-            return Ok(pass);
+        Ok(search.capacity())
+    }
+}
+
+/// The capacity search as a state machine (shared with `herald bench rockbench --search`):
+/// ask [`next`](CapacitySearch::next) for the value to try, run it, [`record`] the verdict.
+/// Doubles from `start` until a run fails (halves while the start fails, down to start / 64),
+/// then bisects `steps` times between the last pass and the first fail; never beyond `bound`.
+///
+/// [`record`]: CapacitySearch::record
+pub struct CapacitySearch {
+    bound: u64,
+    floor: u64,
+    steps_left: u32,
+    pass: Option<u64>,
+    fail: Option<u64>,
+    next: Option<u64>,
+}
+
+impl CapacitySearch {
+    pub fn new(start: u64, bound: u64, steps: u32) -> CapacitySearch {
+        CapacitySearch {
+            bound,
+            floor: (start / 64).max(1),
+            steps_left: steps,
+            pass: None,
+            fail: None,
+            next: Some(start.min(bound).max(1)),
+        }
+    }
+
+    /// The next value to run, or `None` when the search is over.
+    pub fn next(&self) -> Option<u64> {
+        self.next
+    }
+
+    pub fn record(&mut self, x: u64, passed: bool) {
+        if passed {
+            self.pass = Some(self.pass.map_or(x, |p| p.max(x)));
+        } else {
+            self.fail = Some(self.fail.map_or(x, |f| f.min(x)));
+        }
+        self.next = match (self.pass, self.fail) {
+            (Some(lo), Some(hi)) if lo < hi => {
+                let mid = midpoint(lo, hi);
+                if self.steps_left == 0 || mid <= lo || mid >= hi {
+                    None
+                } else {
+                    self.steps_left -= 1;
+                    Some(mid)
+                }
+            }
+            (Some(_), Some(_)) => None,
+            (Some(_), None) if x >= self.bound => None,
+            (Some(_), None) => Some((x * 2).min(self.bound)),
+            (None, _) if x <= self.floor => None,
+            (None, _) => Some((x / 2).max(self.floor)),
         };
-        for _ in 0..steps {
-            let mid = midpoint(lo, hi);
-            if mid <= lo || mid >= hi {
-                break;
-            }
-            if self.probe(mid).await? {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        Ok(Some(lo))
+    }
+
+    /// The largest passing value, or `None` when nothing passed.
+    pub fn capacity(&self) -> Option<u64> {
+        self.pass
     }
 }
 
@@ -239,6 +274,41 @@ pub async fn run(opts: &LiveBenchOptions, s: &SearchOptions, out: &Path) -> Resu
                     "fixed_rate": FIXED_RATE, "fixed_queries": FIXED_QUERIES},
         "series": series_json,
     }))
+}
+
+#[cfg(test)]
+mod capacity_tests {
+    use super::CapacitySearch;
+
+    /// Runs a search against a system whose capacity is `cap`; returns (found, values tried).
+    fn run(start: u64, bound: u64, steps: u32, cap: u64) -> (Option<u64>, Vec<u64>) {
+        let mut s = CapacitySearch::new(start, bound, steps);
+        let mut tried = Vec::new();
+        while let Some(x) = s.next() {
+            tried.push(x);
+            s.record(x, x <= cap);
+        }
+        (s.capacity(), tried)
+    }
+
+    #[test]
+    fn doubles_then_bisects() {
+        let (found, tried) = run(1000, 100_000, 4, 5_500);
+        assert_eq!(&tried[..4], &[1000, 2000, 4000, 8000]);
+        assert!(
+            found.unwrap() <= 5_500 && found.unwrap() >= 5_000,
+            "{tried:?}"
+        );
+    }
+
+    #[test]
+    fn stops_at_the_bound_and_halves_from_a_failing_start() {
+        assert_eq!(run(1000, 3000, 4, 1_000_000).0, Some(3000));
+        let (found, tried) = run(1000, 3000, 0, 300);
+        assert_eq!(&tried[..3], &[1000, 500, 250]);
+        assert_eq!(found, Some(250));
+        assert_eq!(run(64, 1000, 2, 0).0, None);
+    }
 }
 
 #[cfg(test)]

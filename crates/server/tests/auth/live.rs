@@ -467,3 +467,42 @@ async fn revoking_a_key_closes_the_live_connections_opened_with_it() {
     admin_put(&s, "secret/x", json!({"n": 1})).await;
     assert_eq!(next(&mut unaffected).await.unwrap()["type"], "changes");
 }
+
+/// WebSocket write requests are for admin and service keys, as `/v1/bulk` is: an end user's is
+/// refused and writes nothing; the admin's commits.
+#[tokio::test]
+async fn websocket_write_requests_need_a_trusted_key() {
+    let s = secure().await;
+    let put = json!({"op": "put", "collection": "notes", "id": "w", "doc": {"owner": "alice"}});
+    let mut alice = ws_auth(&s, &token("alice", 60, json!({}))).await;
+    send(
+        &mut alice,
+        json!({"op": "write", "req": "r1", "writes": [put]}),
+    )
+    .await;
+    let e = next(&mut alice).await.unwrap();
+    assert_eq!(
+        (e["type"].as_str(), e["code"].as_str(), e["req"].as_str()),
+        (Some("error"), Some("permission_denied"), Some("r1"))
+    );
+    call(&s, ADMIN_KEY, Method::GET, "/v1/docs/notes/w", None)
+        .await
+        .err(404, "not_found");
+    let mut admin = ws_with(&s, &[("authorization", &format!("Bearer {ADMIN_KEY}"))])
+        .await
+        .unwrap();
+    send(
+        &mut admin,
+        json!({"op": "write", "req": "r2", "writes": [put]}),
+    )
+    .await;
+    let w = next(&mut admin).await.unwrap();
+    assert_eq!(
+        (w["type"].as_str(), w["req"].as_str()),
+        (Some("written"), Some("r2"))
+    );
+    assert_eq!(w["results"][0]["version"], 1);
+    call(&s, ADMIN_KEY, Method::GET, "/v1/docs/notes/w", None)
+        .await
+        .ok(200);
+}

@@ -1,7 +1,8 @@
 //! Test harness for the HTTP integration tests: an in-process server on a real socket
 //! (127.0.0.1, port 0, temp data dir), request helpers that check every response against the
-//! protocol's error table, raw-socket requests for paths a URL library would normalise,
-//! "nothing changed" snapshots, and helpers for driving the `herald` binary as a child process.
+//! protocol's error table, raw-socket requests for paths a URL library would normalise, WebSocket
+//! helpers, "nothing changed" snapshots, and helpers for driving the `herald` binary as a child
+//! process.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
@@ -527,5 +528,48 @@ impl Server {
             .await
             .expect("bulk");
         resp.json().await.expect("bulk summary")
+    }
+}
+
+/// WebSocket helpers for `/v1/ws` tests.
+pub mod ws {
+    use super::Server;
+    use futures_util::{SinkExt, StreamExt};
+    use serde_json::Value;
+    use std::time::Duration;
+    use tokio_tungstenite::tungstenite::Message;
+
+    pub type Ws = tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >;
+
+    pub async fn connect(s: &Server) -> Ws {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/v1/ws", s.addr))
+            .await
+            .expect("ws connect");
+        ws
+    }
+
+    pub async fn send(ws: &mut Ws, v: Value) {
+        ws.send(Message::Text(v.to_string().into()))
+            .await
+            .expect("ws send");
+    }
+
+    /// The next message that is not a heartbeat.
+    pub async fn next(ws: &mut Ws) -> Value {
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(20), ws.next())
+                .await
+                .expect("a message within 20 s")
+                .expect("open")
+                .expect("ok");
+            if let Message::Text(t) = m {
+                let v: Value = serde_json::from_str(&t).unwrap();
+                if v["type"] != "heartbeat" {
+                    return v;
+                }
+            }
+        }
     }
 }

@@ -1,0 +1,203 @@
+//! The ingestion benchmarks: `herald bench rockbench` (RockBench's data latency: how soon
+//! fresh events are visible while they pour in; `rockbench`) and `herald bench stream` (the
+//! access patterns of a stream processor's sink and sources; `stream`). Both start a fresh
+//! `herald serve` child per run (bench_live's `ServerProc`), write through `/v1/bulk` or
+//! WebSocket write requests (`client`), record latency per interval (`record`), print a
+//! progress line per interval and a table, and write JSON and SVG charts to
+//! `target/bench-results/`. This file holds what both share: the rate schedule, the server's
+//! peak RSS, the progress ticker and the output files.
+
+pub mod client;
+pub mod record;
+pub mod rockbench;
+pub mod stream;
+
+use crate::bench_live::chart::Chart;
+use crate::bench_live::server::ServerProc;
+use crate::bench_live::Durability;
+use serde_json::Value;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The server's peak resident set size in KiB (`VmHWM` of `/proc/PID/status`).
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Runs `measure` against a fresh `herald serve` child; returns its result and the server's
+/// peak RSS in KiB, read just before the server is killed.
+pub async fn with_server<T, F, Fut>(
+    durability: Durability,
+    measure: F,
+) -> Result<(T, Option<u64>), String>
+where
+    F: FnOnce(SocketAddr) -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let server = ServerProc::start(durability).await?;
+    let r = measure(server.addr).await;
+    let rss = peak_rss_kib(server.pid);
+    server.kill();
+    Ok((r?, rss))
+}
+
+/// A rate that changes in equal segments: `shape` is percent of `rate` per segment (e.g.
+/// `[50, 200, 50]` for a burst), over `secs` in all.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// (segment length in seconds, events per second).
+    segments: Vec<(f64, f64)>,
+}
+
+impl Schedule {
+    pub fn new(rate: f64, shape_pct: &[f64], secs: f64) -> Schedule {
+        let shape = if shape_pct.is_empty() {
+            &[100.0][..]
+        } else {
+            shape_pct
+        };
+        let len = secs / shape.len() as f64;
+        Schedule {
+            segments: shape.iter().map(|p| (len, rate * p / 100.0)).collect(),
+        }
+    }
+
+    pub fn secs(&self) -> f64 {
+        self.segments.iter().map(|s| s.0).sum()
+    }
+
+    /// Events scheduled up to `t`: the expected count so far, rounded down.
+    fn expected(&self, t: f64) -> u64 {
+        let (mut at, mut n) = (0.0, 0.0);
+        for &(len, rate) in &self.segments {
+            let part = (t - at).clamp(0.0, len);
+            n += part * rate;
+            at += len;
+        }
+        (n + 1e-9).floor() as u64
+    }
+
+    /// Events due by `t` seconds: those whose [`time_of`](Schedule::time_of) is at most `t`
+    /// (event 0 is due at once), capped at the schedule's total.
+    pub fn due(&self, t: f64) -> u64 {
+        if t < 0.0 {
+            return 0;
+        }
+        (self.expected(t) + 1).min(self.total())
+    }
+
+    pub fn total(&self) -> u64 {
+        self.expected(self.secs())
+    }
+
+    /// When event `k` (0-based) is due, in seconds from the start: the scheduled time an
+    /// event carries, so a client that falls behind shows it as latency.
+    pub fn time_of(&self, k: u64) -> f64 {
+        let mut left = k as f64;
+        let mut at = 0.0;
+        for &(len, rate) in &self.segments {
+            let here = len * rate;
+            if left < here && rate > 0.0 {
+                return at + left / rate;
+            }
+            left -= here;
+            at += len;
+        }
+        at
+    }
+
+    /// The target rate at `t` seconds.
+    pub fn rate_at(&self, t: f64) -> f64 {
+        let mut at = 0.0;
+        for &(len, rate) in &self.segments {
+            if t < at + len {
+                return rate;
+            }
+            at += len;
+        }
+        self.segments.last().map_or(0.0, |s| s.1)
+    }
+}
+
+/// Where a benchmark's JSON goes (`target/bench-results/<name>.json` unless given) and its
+/// charts (next to it, `<stem>-<chart>.svg`).
+pub struct Output {
+    pub json: PathBuf,
+}
+
+impl Output {
+    pub fn new(out: Option<PathBuf>, name: &str) -> Result<Output, String> {
+        let json =
+            out.unwrap_or_else(|| Path::new("target/bench-results").join(format!("{name}.json")));
+        if let Some(d) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        Ok(Output { json })
+    }
+
+    /// The path of chart `name`.
+    pub fn chart_path(&self, name: &str) -> PathBuf {
+        let stem = self
+            .json
+            .file_stem()
+            .map_or("bench".into(), |s| s.to_string_lossy().to_string());
+        self.json.with_file_name(format!("{stem}-{name}.svg"))
+    }
+
+    pub fn write_chart(&self, name: &str, chart: &Chart) -> Result<PathBuf, String> {
+        let p = self.chart_path(name);
+        std::fs::write(&p, chart.to_svg()).map_err(|e| format!("{}: {e}", p.display()))?;
+        Ok(p)
+    }
+
+    pub fn write_json(&self, v: &Value) -> Result<(), String> {
+        std::fs::write(&self.json, serde_json::to_string_pretty(v).expect("json"))
+            .map_err(|e| format!("{}: {e}", self.json.display()))?;
+        println!("results written to {}", self.json.display());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fixed_schedule_is_linear() {
+        let s = Schedule::new(1000.0, &[100.0], 10.0);
+        assert_eq!(s.due(-0.1), 0);
+        assert_eq!(s.due(0.0), 1, "the first event is due at once");
+        assert_eq!(s.due(1.0), 1001);
+        assert_eq!(s.due(20.0), 10_000);
+        assert_eq!(s.total(), 10_000);
+        assert!((s.time_of(500) - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_burst_schedule_has_three_rates() {
+        let s = Schedule::new(1000.0, &[50.0, 200.0, 50.0], 3.0);
+        assert_eq!(s.due(1.0), 501);
+        assert_eq!(s.due(2.0), 2501);
+        assert_eq!(s.total(), 3000);
+        assert_eq!(s.rate_at(1.5), 2000.0);
+        assert!((s.time_of(500) - 1.0).abs() < 1e-9);
+        assert!((s.time_of(1500) - 1.5).abs() < 1e-9);
+        // An event is due exactly from its time on.
+        for k in [0, 1, 499, 500, 2499, 2999] {
+            let t = s.time_of(k);
+            assert!(s.due(t) > k, "{k}");
+            assert!(k == 0 || s.due(t - 1e-4) <= k, "{k}");
+        }
+    }
+
+    #[test]
+    fn peak_rss_of_this_process() {
+        assert!(peak_rss_kib(std::process::id()).unwrap() > 0);
+    }
+}
