@@ -164,7 +164,7 @@ pub async fn run(opts: HttpBenchOptions) -> Result<(), String> {
     let server = BenchServer::start().await?;
     let addr = server.addr;
     let base = format!("http://{addr}");
-    let client = reqwest::Client::builder()
+    let client = crate::http_client_builder()
         .pool_max_idle_per_host(opts.clients * 2)
         .build()
         .map_err(|e| e.to_string())?;

@@ -71,8 +71,27 @@ pub async fn serve(
 }
 
 /// An HTTP/1 client must send a request's headers within this long, or its connection is
-/// closed: slow-header ("slowloris") clients cannot hold connections open for free.
+/// closed: slow-header ("slowloris") clients cannot hold connections open for free. hyper also
+/// counts the idle time before a keep-alive connection's next request, so a connection idle
+/// this long is closed too.
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long Herald's own HTTP clients (benchmarks, `herald keys`) keep an idle pooled
+/// connection: well under [`HEADER_READ_TIMEOUT`], so a client never reuses a connection the
+/// server is closing at that moment (which fails the request).
+pub const CLIENT_POOL_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A `reqwest` client builder for talking to a Herald server (see [`CLIENT_POOL_IDLE`]).
+pub fn http_client_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder().pool_idle_timeout(CLIENT_POOL_IDLE)
+}
+
+/// A `reqwest` client for talking to a Herald server (see [`CLIENT_POOL_IDLE`]).
+pub fn http_client() -> reqwest::Client {
+    http_client_builder()
+        .build()
+        .expect("an HTTP client with default TLS-free settings builds")
+}
 
 /// Accepts connections and serves `app` on each (with upgrades, for WebSockets) until
 /// `shutdown` completes; then stops accepting, lets every connection finish its in-flight

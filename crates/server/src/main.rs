@@ -492,9 +492,7 @@ async fn keys_command(cmd: KeysCommand) -> Result<(), String> {
     let key = String::from_utf8(read_secret("the admin key file", &conn.admin_key_file)?)
         .expect("checked UTF-8");
     let url = format!("{}{path}", conn.url.trim_end_matches('/'));
-    let mut req = reqwest::Client::new()
-        .request(method, &url)
-        .bearer_auth(key);
+    let mut req = herald::http_client().request(method, &url).bearer_auth(key);
     if let Some(b) = body {
         req = req.json(&b);
     }

@@ -91,7 +91,7 @@ pub async fn fan_out(http: &reqwest::Client, base: &str, t: &Tweet) -> Result<us
 
 /// A client of Herald's HTTP API with enough idle connections for `concurrency` callers.
 pub fn http_client(concurrency: usize) -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
+    crate::http_client_builder()
         .pool_max_idle_per_host(concurrency.max(1) * 2)
         .tcp_nodelay(true)
         .build()

@@ -170,11 +170,11 @@ impl Writer {
         let slots = Arc::new(Semaphore::new(BATCHES_INFLIGHT_MAX));
         let transport = match via {
             Via::Bulk => Transport::Bulk {
-                http: reqwest::Client::new(),
+                http: crate::http_client(),
                 url: format!("http://{addr}/v1/bulk"),
             },
             Via::Stream => Transport::Stream(tokio::sync::Mutex::new(Some(BulkStream::open(
-                &reqwest::Client::new(),
+                &crate::http_client(),
                 addr,
             )))),
             Via::Ws => {

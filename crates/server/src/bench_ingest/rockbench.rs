@@ -302,7 +302,7 @@ async fn measure(
     addr: SocketAddr,
     progress: bool,
 ) -> Result<RunResult, String> {
-    let http = reqwest::Client::new();
+    let http = crate::http_client();
     if !opts.exempt.is_empty() {
         let body = json!({"collection": COLLECTION, "exemptions": opts.exempt});
         let r = http

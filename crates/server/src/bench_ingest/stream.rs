@@ -392,7 +392,7 @@ async fn measure(
     let ctx = Ctx {
         opts,
         addr,
-        http: reqwest::Client::new(),
+        http: crate::http_client(),
         recorder: Recorder::new(&names, Instant::now(), INTERVAL),
     };
     let needs_source = opts.patterns.iter().any(|p| *p != Pattern::Upserts);

@@ -271,7 +271,7 @@ async fn write(
     if cfg.writer == WritePath::Stream {
         return write_stream(cfg, addr, sent_at).await;
     }
-    let client = reqwest::Client::builder()
+    let client = crate::http_client_builder()
         .pool_max_idle_per_host(IN_FLIGHT_MAX)
         .build()
         .map_err(|e| e.to_string())?;
@@ -333,7 +333,7 @@ async fn write_stream(
     addr: std::net::SocketAddr,
     sent_at: &SentAt,
 ) -> Result<(u64, u64, f64), String> {
-    let stream = BulkStream::open(&reqwest::Client::new(), addr);
+    let stream = BulkStream::open(&crate::http_client(), addr);
     let total = cfg.rate * cfg.secs;
     let start = Instant::now();
     let mut k = 0u64;
