@@ -358,38 +358,34 @@ mod tests {
         v
     }
 
-    #[test]
-    fn a_new_store_records_its_format() {
-        let dir = tempfile::tempdir().unwrap();
-        Store::open(dir.path(), StoreOptions::default())
+    /// Opens (creating) the store in `dir` and closes it cleanly.
+    fn create_and_close(dir: &Path) {
+        Store::open(dir, StoreOptions::default())
             .unwrap()
             .close()
             .unwrap();
+    }
+
+    #[test]
+    fn a_new_store_records_its_format() {
+        let dir = tempfile::tempdir().unwrap();
+        create_and_close(dir.path());
         assert_eq!(format_of(dir.path()), Some(FORMAT_VERSION));
     }
 
     #[test]
     fn a_store_without_a_marker_is_format_one_and_is_upgraded() {
         let dir = tempfile::tempdir().unwrap();
-        Store::open(dir.path(), StoreOptions::default())
-            .unwrap()
-            .close()
-            .unwrap();
+        create_and_close(dir.path());
         set_format(dir.path(), None);
-        Store::open(dir.path(), StoreOptions::default())
-            .unwrap()
-            .close()
-            .unwrap();
+        create_and_close(dir.path());
         assert_eq!(format_of(dir.path()), Some(FORMAT_VERSION));
     }
 
     #[test]
     fn a_store_of_a_newer_format_is_refused_and_left_alone() {
         let dir = tempfile::tempdir().unwrap();
-        Store::open(dir.path(), StoreOptions::default())
-            .unwrap()
-            .close()
-            .unwrap();
+        create_and_close(dir.path());
         set_format(dir.path(), Some(FORMAT_VERSION + 1));
         let err = Store::open(dir.path(), StoreOptions::default())
             .err()
