@@ -1,7 +1,9 @@
 //! Measures durable insert throughput of the database layer alone (no HTTP): `threads` writers
 //! commit ~1 KB documents for a few seconds. `cargo run --release -p herald-db --example insert_load`.
-//! Environment: `NOSYNC`, `EXEMPT_TEXT`, `EXEMPT_ALL`, `CHECKPOINT_MS` and `CHECKPOINT_MIB` (the
-//! storage's checkpoint triggers).
+//! Environment: `NOSYNC`, `EXEMPT_TEXT`, `EXEMPT_ALL`, `CHECKPOINT_MS`, `CHECKPOINT_MIB` and `DURABLE_MS`
+//! (the storage's checkpoint triggers), `RANDOM` (random field values, the shape `herald bench http`
+//! writes, instead of mostly constant ones) and `SECS` (default 5). Besides the rate it prints the
+//! process's CPU time per insert, which other work on the machine disturbs far less than the rate.
 
 use herald_db::{Db, DbOptions, Write};
 use serde_json::json;
@@ -29,6 +31,12 @@ fn main() {
     {
         opts.store.checkpoint_bytes = mib << 20;
     }
+    if let Some(ms) = std::env::var("DURABLE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        opts.store.durable_checkpoint_interval_ms = ms;
+    }
     if std::env::var("NOSYNC").is_ok() {
         opts.durability = herald_db::Durability::NoSync;
     }
@@ -42,7 +50,13 @@ fn main() {
             .unwrap();
     }
     let text = "x".repeat(700);
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let random = std::env::var("RANDOM").is_ok();
+    let secs: u64 = std::env::var("SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let cpu_start = cpu_seconds();
+    let deadline = Instant::now() + Duration::from_secs(secs);
     let start = Instant::now();
     let handles: Vec<_> = (0..threads)
         .map(|t| {
@@ -50,8 +64,13 @@ fn main() {
             let text = text.clone();
             std::thread::spawn(move || {
                 let mut n = 0u64;
+                let mut rng = rand::thread_rng();
                 while Instant::now() < deadline {
-                    let doc = json!({"n": n, "name": "abcdefghijklmnop", "address": {"street": "main street 12345", "city": "lima", "geo": {"lat": 1.5, "lon": 2.5}}, "tags": ["aa", "bb", "cc"], "score": n * 7, "text": text});
+                    let doc = if random {
+                        random_doc(&mut rng, n)
+                    } else {
+                        json!({"n": n, "name": "abcdefghijklmnop", "address": {"street": "main street 12345", "city": "lima", "geo": {"lat": 1.5, "lon": 2.5}}, "tags": ["aa", "bb", "cc"], "score": n * 7, "text": text})
+                    };
                     db.commit(vec![Write::Put { collection: "bench".into(), id: format!("t{t}-{n}"), doc, if_version: None }]).unwrap();
                     n += 1;
                 }
@@ -63,8 +82,44 @@ fn main() {
     let secs = start.elapsed().as_secs_f64();
     let m = db.storage_metrics();
     println!("{m:?}");
+    let cpu = cpu_seconds() - cpu_start;
     println!(
-        "{threads} threads: {total} commits in {secs:.1}s = {:.0}/s",
-        total as f64 / secs
+        "{threads} threads: {total} commits in {secs:.1}s = {:.0}/s, {:.1} us CPU per insert",
+        total as f64 / secs,
+        cpu * 1e6 / total as f64
     );
+}
+
+/// User plus system CPU time of this process so far.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn filler(rng: &mut impl rand::Rng, n: usize) -> String {
+    (0..n)
+        .map(|_| char::from(b'a' + rng.gen_range(0..26)))
+        .collect()
+}
+
+/// The document `herald bench http` inserts: about 1 KB, random values in every field.
+fn random_doc(rng: &mut impl rand::Rng, i: u64) -> serde_json::Value {
+    json!({
+        "n": i,
+        "name": filler(rng, 16),
+        "address": {"street": filler(rng, 24), "city": filler(rng, 10), "geo": {"lat": rng.gen_range(-90.0..90.0), "lon": rng.gen_range(-180.0..180.0)}},
+        "tags": [filler(rng, 6), filler(rng, 6), filler(rng, 6)],
+        "score": rng.gen_range(0..1_000_000),
+        "text": filler(rng, 700),
+    })
 }

@@ -7,10 +7,16 @@
 //! leaves, so committing every batch to redb rewrote a 4 KiB page for nearly every entry; the
 //! writer spent ~70% of its time there. Logging the batch to the WAL and checkpointing many
 //! batches at once touches each page once per checkpoint instead of once per batch.
+//!
+//! Most checkpoints commit to redb without durability (`Durability::None`: the dirty pages stay
+//! in redb's write buffer, nothing is written to the file or synced), and one every
+//! `durable_interval` is durable. Pages that several checkpoints touch in between are written
+//! once. Only a durable checkpoint lets log segments go: after a crash redb reopens at its last
+//! durable checkpoint, and the log holds every batch after it.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::layer::{Base, Layer, Snapshot};
 use crate::tables::{Table, STATE, STATE_CHECKPOINT};
@@ -27,6 +33,8 @@ pub(crate) struct Limits {
     pub(crate) checkpoint_interval: Duration,
     /// The writer waits before a batch while the layers hold this many bytes.
     pub(crate) layers_bytes_max: usize,
+    /// The longest redb goes without a durable checkpoint while a non-durable one is pending.
+    pub(crate) durable_interval: Duration,
 }
 
 /// What the writer, the checkpointer and [`Store::read`](crate::Store::read) share.
@@ -200,13 +208,43 @@ pub(crate) struct Checkpointer {
     pub(crate) segments: Option<Arc<Segments>>,
 }
 
+/// What the checkpointer does next.
+struct Job {
+    /// The layers to apply, oldest first; may be empty for a durable-only checkpoint.
+    layers: Vec<Arc<Layer>>,
+    /// The forced checkpoint request this job serves.
+    request: u64,
+    /// Commit durably (and then delete the log segments it covers).
+    durable: bool,
+}
+
+/// The checkpointer's record of what redb holds.
+struct Progress {
+    /// The last batch applied to redb, durably or not.
+    applied: u64,
+    /// The last batch applied durably: what redb reopens at after a crash.
+    durable: u64,
+    /// When the oldest non-durable checkpoint after `durable` committed.
+    pending_since: Option<Instant>,
+}
+
 impl Checkpointer {
     /// Checkpoints whenever one is due until the store closes, then checkpoints everything
     /// left. Returns the store's failure, if it had one.
     pub(crate) fn run(self) -> Result<(), StorageError> {
-        while let Some((layers, request)) = self.next_job()? {
-            let last = layers.last().expect("a job has layers").batch;
-            let result = self.apply(&layers, last);
+        let mut progress = Progress {
+            applied: 0,
+            durable: 0,
+            pending_since: None,
+        };
+        while let Some(job) = self.next_job(&progress)? {
+            let Job {
+                layers,
+                request,
+                durable,
+            } = job;
+            let last = layers.last().map_or(progress.applied, |l| l.batch);
+            let result = self.apply(&layers, last, durable);
             let mut state = self.shared.lock();
             match result {
                 Ok(base) => {
@@ -223,7 +261,9 @@ impl Checkpointer {
                     });
                     let old = std::mem::replace(&mut state.snapshot, snapshot);
                     state.layers_bytes -= layers.iter().map(|l| l.bytes).sum::<usize>();
-                    state.served = state.served.max(request);
+                    if !durable {
+                        state.served = state.served.max(request);
+                    }
                     let metrics = &self.shared.metrics;
                     metrics
                         .layers_bytes
@@ -233,10 +273,26 @@ impl Checkpointer {
                     self.shared.changed.notify_all();
                     drop(old);
                     drop(layers);
-                    if let Some(segments) = &self.segments {
-                        // A segment that cannot be deleted now is retried after the next
-                        // checkpoint; recovery skips its records meanwhile.
-                        let _ = segments.delete_covered(last);
+                    progress.applied = last;
+                    if durable {
+                        progress.durable = last;
+                        progress.pending_since = None;
+                        self.shared
+                            .metrics
+                            .durable_checkpoints
+                            .fetch_add(1, Relaxed);
+                        if let Some(segments) = &self.segments {
+                            // A segment that cannot be deleted now is retried after the next
+                            // durable checkpoint; recovery skips its records meanwhile.
+                            let _ = segments.delete_covered(progress.durable);
+                        }
+                        // A forced checkpoint returns once the segments it covers are gone.
+                        let mut state = self.shared.lock();
+                        state.served = state.served.max(request);
+                        drop(state);
+                        self.shared.changed.notify_all();
+                    } else {
+                        progress.pending_since.get_or_insert_with(Instant::now);
                     }
                 }
                 Err(err) => {
@@ -248,17 +304,17 @@ impl Checkpointer {
             }
         }
         if let Some(segments) = &self.segments {
-            // Closing: every batch is in redb now, and the writer has closed its segment.
+            // Closing: every batch is durably in redb now, and the writer has closed its segment.
             segments.delete_covered(u64::MAX)?;
         }
         Ok(())
     }
 
-    /// Waits until a checkpoint is due; returns the layers to apply and the forced checkpoint
-    /// request it serves, or `None` once closing with nothing left.
-    #[allow(clippy::type_complexity)]
-    fn next_job(&self) -> Result<Option<(Vec<Arc<Layer>>, u64)>, StorageError> {
+    /// Waits until a checkpoint is due; returns it, or `None` once closing with nothing left
+    /// (everything applied durably).
+    fn next_job(&self, progress: &Progress) -> Result<Option<Job>, StorageError> {
         let shared = &self.shared;
+        let limits = &shared.limits;
         let mut state = shared.lock();
         loop {
             if let Some(err) = &state.failed {
@@ -268,7 +324,21 @@ impl Checkpointer {
                 state = shared.wait(state);
                 continue;
             }
+            // Closing and forced checkpoints are durable; otherwise a checkpoint is durable
+            // once the oldest non-durable one has waited `durable_interval`.
+            let durable_due = progress.pending_since.map(|t| t.elapsed());
+            let forced = state.closing || state.requested > state.served;
+            let durable = forced
+                || limits.durable_interval.is_zero()
+                || durable_due.is_some_and(|d| d >= limits.durable_interval);
             let Some(oldest) = state.snapshot.layers.first() else {
+                if progress.pending_since.is_some() && durable {
+                    return Ok(Some(Job {
+                        layers: Vec::new(),
+                        request: state.requested,
+                        durable: true,
+                    }));
+                }
                 if state.served < state.requested {
                     state.served = state.requested;
                     shared.changed.notify_all();
@@ -276,18 +346,32 @@ impl Checkpointer {
                 if state.closing {
                     return Ok(None);
                 }
-                state = shared.wait(state);
+                state = match durable_due {
+                    Some(waited) => {
+                        let rest = limits.durable_interval.saturating_sub(waited);
+                        shared
+                            .changed
+                            .wait_timeout(state, rest)
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .0
+                    }
+                    None => shared.wait(state),
+                };
                 continue;
             };
             let age = oldest.created.elapsed();
-            let interval = shared.limits.checkpoint_interval;
-            let due = state.closing
+            let interval = limits.checkpoint_interval;
+            let due = forced
+                || durable
                 || state.writer_waiting
-                || state.requested > state.served
-                || state.layers_bytes >= shared.limits.checkpoint_bytes
+                || state.layers_bytes >= limits.checkpoint_bytes
                 || age >= interval;
             if due {
-                return Ok(Some((state.snapshot.layers.clone(), state.requested)));
+                return Ok(Some(Job {
+                    layers: state.snapshot.layers.clone(),
+                    request: state.requested,
+                    durable,
+                }));
             }
             state = shared
                 .changed
@@ -297,14 +381,19 @@ impl Checkpointer {
         }
     }
 
-    /// Applies `layers` (oldest first, the last one being batch `last`) to redb in one durable
-    /// transaction that also records `last` as checkpointed; returns redb's new state.
-    fn apply(&self, layers: &[Arc<Layer>], last: u64) -> Result<Base, StorageError> {
+    /// Applies `layers` (oldest first, the last one being batch `last`) to redb in one
+    /// transaction that also records `last` as checkpointed, durable or not; returns redb's new
+    /// state (a non-durable commit is visible to readers at once).
+    fn apply(&self, layers: &[Arc<Layer>], last: u64, durable: bool) -> Result<Base, StorageError> {
         let mut txn = self.db.begin_write()?;
-        txn.set_durability(redb::Durability::Immediate)?;
-        // Saves redb's allocator state with the commit, so that a crashed file reopens
-        // without a full scan. Too costly per batch; a few times a second it is cheap.
-        txn.set_quick_repair(true);
+        if durable {
+            txn.set_durability(redb::Durability::Immediate)?;
+            // Saves redb's allocator state with the commit, so that a crashed file reopens
+            // without a full scan. Too costly per batch; a few times a second it is cheap.
+            txn.set_quick_repair(true);
+        } else {
+            txn.set_durability(redb::Durability::None)?;
+        }
         for table in Table::ALL {
             // Newest layer first, then a stable sort by key: the first entry of each key is
             // its newest value, and redb receives the keys in order.

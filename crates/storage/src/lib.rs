@@ -200,6 +200,11 @@ pub const CHECKPOINT_BYTES: usize = 64 << 20;
 /// Default age of the oldest committed batch not yet in redb that triggers a checkpoint.
 pub const CHECKPOINT_INTERVAL_MS: u64 = 200;
 
+/// Default longest time redb goes without a durable checkpoint while a non-durable one is
+/// pending. Checkpoints in between commit to redb without syncing; the log keeps every batch
+/// after the last durable one (what a restart after a crash replays).
+pub const DURABLE_CHECKPOINT_INTERVAL_MS: u64 = 2000;
+
 /// Default bound on the memory held by committed batches not yet in redb; at it, the writer
 /// waits for the checkpointer before starting another batch.
 pub const LAYERS_BYTES_MAX: usize = 256 << 20;
@@ -242,6 +247,9 @@ pub struct StoreOptions {
     pub checkpoint_bytes: usize,
     /// Checkpoint once the oldest committed batch not yet in redb is this old, in ms.
     pub checkpoint_interval_ms: u64,
+    /// Make a checkpoint durable once the oldest non-durable one is this old, in ms (0: every
+    /// checkpoint is durable). Bounds how much log a restart after a crash replays.
+    pub durable_checkpoint_interval_ms: u64,
     /// The most bytes committed batches not yet in redb may hold before the writer waits for
     /// the checkpointer (overshoot: at most one batch).
     pub layers_bytes_max: usize,
@@ -261,6 +269,7 @@ impl Default for StoreOptions {
             background_batch_ms_max: BACKGROUND_BATCH_MS_MAX,
             checkpoint_bytes: CHECKPOINT_BYTES,
             checkpoint_interval_ms: CHECKPOINT_INTERVAL_MS,
+            durable_checkpoint_interval_ms: DURABLE_CHECKPOINT_INTERVAL_MS,
             layers_bytes_max: LAYERS_BYTES_MAX,
             wal_segment_bytes: WAL_SEGMENT_BYTES,
         }

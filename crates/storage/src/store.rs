@@ -100,6 +100,7 @@ impl Store {
             checkpoint_bytes: options.checkpoint_bytes,
             checkpoint_interval: Duration::from_millis(options.checkpoint_interval_ms),
             layers_bytes_max: options.layers_bytes_max,
+            durable_interval: Duration::from_millis(options.durable_checkpoint_interval_ms),
         };
         let shared = Shared::new(Base::open(&db)?, limits, metrics.clone());
         let (queue, receiver) = mpsc::sync_channel(options.write_queue_max);

@@ -174,6 +174,7 @@ pub(crate) struct Metrics {
     jobs_failed: AtomicU64,
     last_batch_size: AtomicU64,
     pub(crate) checkpoints: AtomicU64,
+    pub(crate) durable_checkpoints: AtomicU64,
     pub(crate) layers_bytes: AtomicU64,
     pub(crate) writer_stalls: AtomicU64,
 }
@@ -193,6 +194,8 @@ pub struct MetricsSnapshot {
     pub last_batch_size: u64,
     /// Checkpoints done: committed batches applied to redb in one transaction.
     pub checkpoints: u64,
+    /// Of those, the durable ones (redb synced; log segments they cover may be deleted).
+    pub durable_checkpoints: u64,
     /// Memory held by committed batches not yet checkpointed (an estimate), in bytes.
     pub layers_bytes: u64,
     /// Times the writer waited for a checkpoint because the layers held `layers_bytes_max`.
@@ -210,6 +213,7 @@ impl Metrics {
             jobs_failed: self.jobs_failed.load(Relaxed),
             last_batch_size: self.last_batch_size.load(Relaxed),
             checkpoints: self.checkpoints.load(Relaxed),
+            durable_checkpoints: self.durable_checkpoints.load(Relaxed),
             layers_bytes: self.layers_bytes.load(Relaxed),
             writer_stalls: self.writer_stalls.load(Relaxed),
         }

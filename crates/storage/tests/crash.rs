@@ -69,7 +69,8 @@ fn doc_value(cycle: u32, i: u64) -> Vec<u8> {
 enum Checkpoints {
     /// Never while it runs: everything acknowledged is in the log and in memory only.
     Never,
-    /// After every few kilobytes or millisecond, with a small memory bound and log segments.
+    /// After every few kilobytes or millisecond, with a small memory bound and log segments;
+    /// most checkpoints are not durable (one every 20 ms is), so kills land between them.
     Often,
     /// The store's defaults.
     Default,
@@ -97,6 +98,7 @@ impl Checkpoints {
             },
             Checkpoints::Often => StoreOptions {
                 checkpoint_interval_ms: 1,
+                durable_checkpoint_interval_ms: 20,
                 checkpoint_bytes: 16 << 10,
                 layers_bytes_max: 256 << 10,
                 wal_segment_bytes: 32 << 10,

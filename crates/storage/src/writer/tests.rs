@@ -633,6 +633,8 @@ fn the_writer_waits_for_the_checkpointer_when_the_layers_are_full() {
     let options = StoreOptions {
         checkpoint_bytes: 1 << 10,
         checkpoint_interval_ms: 1,
+        // Every checkpoint durable, so each one writes to the slow disk.
+        durable_checkpoint_interval_ms: 0,
         layers_bytes_max: max,
         ..StoreOptions::default()
     };
@@ -706,4 +708,98 @@ fn a_long_heavy_job_does_not_hold_back_the_acknowledgement_of_the_batch_before_i
         "the client's write was acknowledged at {client_done:?}, the heavy job at {heavy_done:?}"
     );
     store.close().unwrap();
+}
+
+/// The write-ahead-log segment files in `dir`.
+fn log_segments(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("wal-") && name.ends_with(".log")
+        })
+        .count()
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn non_durable_checkpoints_keep_the_log_until_a_durable_one_covers_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        checkpoint_interval_ms: 1,
+        durable_checkpoint_interval_ms: 3_600_000,
+        wal_segment_bytes: 1 << 10,
+        ..StoreOptions::default()
+    };
+    let store = Store::open(dir.path(), options).unwrap();
+    for i in 0u32..64 {
+        store
+            .submit(move |txn| txn.put(Table::Docs, i.to_be_bytes(), vec![1u8; 256]))
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    wait_until("every batch checkpointed", || {
+        let m = store.metrics();
+        m.layers_bytes == 0 && m.checkpoints >= 2
+    });
+    let m = store.metrics();
+    assert_eq!(m.durable_checkpoints, 0, "{m:?}");
+    // Everything is in redb (not yet durably), readable from there...
+    assert!((0u32..64).all(|i| visible(&store, &i.to_be_bytes())));
+    // ...and every segment is kept: a crash now reopens redb before these batches.
+    let kept = log_segments(dir.path());
+    assert!(kept > 8, "{kept} segments");
+    store.checkpoint().unwrap();
+    assert!(store.metrics().durable_checkpoints >= 1);
+    let left = log_segments(dir.path());
+    assert!(left <= 1, "covered segments deleted: {left} of {kept} left");
+    assert!((0u32..64).all(|i| visible(&store, &i.to_be_bytes())));
+}
+
+#[test]
+fn a_pending_non_durable_checkpoint_becomes_durable_on_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        checkpoint_interval_ms: 1,
+        durable_checkpoint_interval_ms: 50,
+        wal_segment_bytes: 1 << 10,
+        ..StoreOptions::default()
+    };
+    let store = Store::open(dir.path(), options).unwrap();
+    for i in 0u32..16 {
+        put(&store, &i.to_be_bytes()).wait().unwrap();
+    }
+    // No more writes: the checkpointer must still make redb durable and free the log.
+    wait_until("a durable checkpoint with no new writes", || {
+        store.metrics().durable_checkpoints >= 1 && log_segments(dir.path()) <= 1
+    });
+    assert_eq!(store.metrics().layers_bytes, 0);
+}
+
+#[test]
+fn a_reopened_store_has_every_batch_after_non_durable_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        checkpoint_interval_ms: 1,
+        durable_checkpoint_interval_ms: 3_600_000,
+        ..StoreOptions::default()
+    };
+    {
+        let store = Store::open(dir.path(), options.clone()).unwrap();
+        for i in 0u32..32 {
+            put(&store, &i.to_be_bytes()).wait().unwrap();
+        }
+        store.close().unwrap();
+    }
+    let store = Store::open(dir.path(), options).unwrap();
+    assert!((0u32..32).all(|i| visible(&store, &i.to_be_bytes())));
 }
