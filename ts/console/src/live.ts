@@ -28,6 +28,14 @@ export class LiveList {
     return this.rows.map((r) => r.dataset.id ?? "");
   }
 
+  /** Writes each row's position (0-based, as the changes' indexes are) into its first cell. */
+  renumber(): void {
+    this.rows.forEach((r, i) => {
+      const pos = r.firstElementChild;
+      if (pos !== null) pos.textContent = String(i);
+    });
+  }
+
   /** Applies one change; `highlight` false for the initial result (nothing happened yet). */
   apply(c: DocumentChange, highlight = true): void {
     const flash = (el: HTMLElement, cls: string) => {
@@ -43,12 +51,13 @@ export class LiveList {
       if (row === undefined || row.dataset.id !== c.doc.id) throw new Error(`live list out of step at ${c.oldIndex}`);
       if (c.kind === "remove") {
         row.classList.add("removing");
+        if (row.firstElementChild !== null) row.firstElementChild.textContent = "";
         setTimeout(() => row!.remove(), FLASH_MS);
         return;
       }
     }
     if (row === undefined) row = h("li", { "data-id": c.doc.id });
-    row.replaceChildren(h("span", { class: "id" }, c.doc.id), h("span", { class: "json" }, preview(c.doc.data, 160)));
+    row.replaceChildren(h("span", { class: "pos" }), h("span", { class: "id" }, c.doc.id), h("span", { class: "json" }, preview(c.doc.data, 160)));
     if (c.kind === "change") {
       // In place: oldIndex === newIndex.
       this.rows.splice(c.newIndex, 0, row);
@@ -99,6 +108,7 @@ export function setupLive(app: App): void {
             const where = c.kind === "add" ? `at ${c.newIndex}` : c.kind === "remove" ? `from ${c.oldIndex}` : c.kind === "change" ? `at ${c.newIndex}` : `${c.oldIndex} → ${c.newIndex}`;
             logLine(`seq ${snap.seq}: ${c.kind} ${c.doc.id} ${where}`, c.kind);
           }
+          list.renumber();
           first = false;
           const m = snap.metadata;
           status("l-status", `${snap.size} row(s) at seq ${snap.seq}${m.fromCache ? ", from cache" : ""}${m.hasPendingWrites ? ", pending writes" : ""}`, "ok");

@@ -8,7 +8,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
@@ -143,6 +143,9 @@ test("the server serves the console page and its assets with their content types
     assert.ok(res.headers.get("content-type")?.startsWith(type), `${path}: ${res.headers.get("content-type")}`);
   }
   assert.equal((await fetch(server.url + "/console/nope.js")).status, 404);
+  // The binary embeds the committed bundle (a stale binary would test an old console).
+  const served = Buffer.from(await (await fetch(server.url + "/console/console.js")).arrayBuffer());
+  assert.ok(served.equals(readFileSync("../../crates/server/console/console.js")), "the server embeds crates/server/console/console.js");
 });
 
 test("the page loads and connects", async () => {
@@ -291,7 +294,7 @@ test("screenshot of the live pane", async () => {
   for (let i = 0; i < 6; i++) await server.http("PUT", `/v1/docs/scores/p${i}`, { v: 20 + i * 3, player: `player ${i}` });
   await waitLive(["p5", "p4", "p3", "d", "c", "p2", "b", "p1"], "more rows");
   // A few seconds of traffic for the charts, then one edit of each kind just before the shot.
-  const until = Date.now() + 4000;
+  const until = Date.now() + 8000;
   for (let n = 0; Date.now() < until; n++) {
     await server.http("PATCH", `/v1/docs/scores/p${n % 6}`, { $set: { n } });
     await new Promise((r) => setTimeout(r, 30 + (n % 7) * 10));
@@ -303,6 +306,11 @@ test("screenshot of the live pane", async () => {
   await server.http("PATCH", "/v1/docs/scores/d", { $set: { tag: "changed" } });
   await server.http("DELETE", "/v1/docs/scores/c");
   await waitLive(["p0", "p5", "p3", "p4", "d", "p2", "b", "p1"], "c removed");
+  assert.deepEqual(
+    await page.$$eval("#live-rows li[data-id]:not(.removing) .pos", (els) => els.map((e) => e.textContent)),
+    ["0", "1", "2", "3", "4", "5", "6", "7"],
+    "positions are shown",
+  );
   const out = process.env.CONSOLE_SCREENSHOT ?? "build/console.png";
   mkdirSync(dirname(out), { recursive: true });
   await page.screenshot({ path: out });
