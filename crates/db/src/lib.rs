@@ -11,6 +11,7 @@
 //! reflect.
 
 mod catalog;
+mod collections;
 mod db;
 mod error;
 mod exec;
@@ -25,6 +26,7 @@ pub mod triggers;
 mod write;
 
 pub use catalog::{CompositeIndex, IndexField, IndexState};
+pub use collections::COLLECTIONS_LIST_MAX;
 pub use db::{Db, DbOptions, QueryOutcome, StoredDoc, BUILD_CHUNK_DOCS, COMPOSITE_INDEXES_MAX};
 pub use error::DbError;
 pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};

@@ -1,6 +1,7 @@
 //! State shared by every request handler.
 
 use crate::auth::Auth;
+use crate::notify_latency::NotifyLatency;
 use herald_db::live::LiveEngine;
 use herald_db::Db;
 use std::sync::atomic::AtomicU64;
@@ -14,6 +15,8 @@ pub struct AppState {
     pub next_conn: Arc<AtomicU64>,
     /// Credentials and rules.
     pub auth: Arc<Auth>,
+    /// Commit -> `changes` message sent, over every live connection (`/metrics`).
+    pub notify_latency: Arc<NotifyLatency>,
 }
 
 impl AppState {
@@ -24,6 +27,7 @@ impl AppState {
             live,
             next_conn: Arc::new(AtomicU64::new(1)),
             auth: Arc::new(auth),
+            notify_latency: Arc::default(),
         }
     }
 

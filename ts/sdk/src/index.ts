@@ -26,6 +26,15 @@ export type {
 } from "./client/snapshot.js";
 export { HeraldError } from "./client/errors.js";
 export {
+  parsePrometheus,
+  type CollectionInfo,
+  type Explained,
+  type TriggerStatus,
+  type TriggerError,
+  type DeadLetter,
+  type MetricSample,
+} from "./client/admin.js";
+export {
   backoffDelay,
   type ConnectionState,
   type WebSocketLike,

@@ -39,6 +39,8 @@ struct Ring {
 pub struct Feed {
     ring: Mutex<Ring>,
     cv: Condvar,
+    /// When each recent commit was published (the server's notification latency metric).
+    pub clock: super::clock::CommitClock,
 }
 
 impl Feed {
@@ -51,11 +53,13 @@ impl Feed {
                 nudged: false,
             }),
             cv: Condvar::new(),
+            clock: Default::default(),
         }
     }
 
     /// Called by the commit hook, in seq order.
     pub fn publish(&self, commit: Commit) {
+        self.clock.stamp(commit.seq);
         let mut r = self.ring.lock().expect("feed lock");
         r.last_seq = r.last_seq.max(commit.seq);
         r.bytes += commit.bytes;

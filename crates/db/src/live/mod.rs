@@ -9,12 +9,14 @@
 //! the emitted events to the client's previous list yields exactly the pull query's result at that
 //! commit's seq.
 
+mod clock;
 mod diff;
 pub mod engine;
 mod feed;
 pub mod matcher;
 mod view;
 
+pub use clock::{CommitClock, CLOCK_SLOTS};
 pub use diff::{diff_windows, ChangeEvent, EventKind};
 pub use engine::{LiveEngine, Sink, SubscribeRequest, SUBSCRIBERS_PER_VIEW_MAX};
 pub use feed::{commit_from_log, Commit, Feed, FEED_BYTES_MAX, FEED_RING_MAX};

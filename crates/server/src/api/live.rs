@@ -22,6 +22,7 @@ use crate::api::auth::{bearer, principal_of};
 use crate::api::error::ApiError;
 use crate::api::ws_writes::WsWrites;
 use crate::auth::{now_ms, Principal};
+use crate::notify_latency::NotifyLatency;
 use crate::state::AppState;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query as UrlQuery, State};
@@ -92,6 +93,9 @@ struct Conn {
     wake: Arc<Notify>,
     /// The highest seq sent, so a heartbeat never claims less than what the client has.
     last_seq: u64,
+    /// Where `changes` messages are timed from their commit (`/metrics`).
+    db: herald_db::Db,
+    latency: Arc<NotifyLatency>,
 }
 
 impl Conn {
@@ -113,12 +117,20 @@ impl Conn {
             overflow,
             wake,
             last_seq: 0,
+            db: st.db.clone(),
+            latency: st.notify_latency.clone(),
         }
     }
 
+    /// Called for every message just before it is handed to the socket.
     fn note(&mut self, msg: &Value) {
         if let Some(s) = msg.get("seq").and_then(Value::as_u64) {
             self.last_seq = self.last_seq.max(s);
+            if msg["type"] == "changes" {
+                if let Some(d) = self.db.feed().clock.since(s) {
+                    self.latency.observe(d);
+                }
+            }
         }
     }
 

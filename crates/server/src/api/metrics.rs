@@ -1,5 +1,6 @@
-//! `GET /metrics`: Prometheus text exposition of the commit sequence, the storage writer and
-//! every trigger's queue (pending, oldest pending age, dead letters, executed, failed).
+//! `GET /metrics`: Prometheus text exposition of the commit sequence, the storage writer,
+//! every trigger's queue (pending, oldest pending age, dead letters, executed, failed) and the
+//! live notification latency histogram (`crate::notify_latency`).
 
 use crate::state::AppState;
 use axum::extract::State;
@@ -24,9 +25,10 @@ pub async fn metrics(
     _: crate::api::auth::RequireTrusted,
 ) -> impl IntoResponse {
     let db = st.db.clone();
-    let body = tokio::task::spawn_blocking(move || render(&db))
+    let mut body = tokio::task::spawn_blocking(move || render(&db))
         .await
         .unwrap_or_default();
+    st.notify_latency.render(&mut body);
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         body,

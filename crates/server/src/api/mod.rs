@@ -3,7 +3,9 @@
 pub mod auth;
 pub mod body;
 pub mod bulk;
+pub mod collections;
 pub mod commit;
+pub mod console;
 pub mod docs;
 pub mod error;
 pub mod indexes;
@@ -47,6 +49,7 @@ pub fn router(state: AppState) -> Router {
                 .patch(docs::patch)
                 .delete(docs::delete),
         )
+        .route("/v1/collections", get(collections::list))
         .route("/v1/query", post(query::query))
         .route("/v1/ws", get(live::ws))
         .route("/v1/subscribe", get(live::sse))
@@ -69,6 +72,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/keys/{id}", axum::routing::delete(auth::revoke_key))
         .route("/v1/rules", put(auth::put_rules).get(auth::get_rules))
         .route("/metrics", get(metrics::metrics))
+        .route("/console", get(console::index))
+        .route("/console/", get(console::index))
+        .route("/console/{file}", get(console::file))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

@@ -7,13 +7,15 @@
 
 //!
 //! One test binary, one file per part: `happy.rs` (every endpoint's happy path), `bad_input.rs`
-//! (bad inputs and the error-code table), `binary.rs` (the `herald` binary itself).
+//! (bad inputs and the error-code table), `binary.rs` (the `herald` binary itself), `console.rs`
+//! (the web console's routes, the collections list, the notification latency metric).
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod bad_input;
 mod binary;
+mod console;
 mod happy;
 mod mutations;
 

@@ -145,6 +145,23 @@ async fn administration_needs_an_admin_key() {
         .await
         .unwrap();
     assert_eq!(m.status(), 200);
+    // The collections list likewise; the console's page and script need no credentials (they
+    // hold no data; the console sends its token with every data call).
+    call(&s, &user, Method::GET, "/v1/collections", None)
+        .await
+        .err(403, "permission_denied");
+    s.send(s.req(Method::GET, "/v1/collections"))
+        .await
+        .err(401, "unauthenticated");
+    for cred in [service.as_str(), ADMIN_KEY] {
+        call(&s, cred, Method::GET, "/v1/collections", None)
+            .await
+            .ok(200);
+    }
+    for path in ["/console", "/console/console.js", "/console/console.css"] {
+        let r = s.client.get(s.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
     call(&s, ADMIN_KEY, Method::PUT, "/v1/triggers/t", Some(trigger))
         .await
         .ok(201);

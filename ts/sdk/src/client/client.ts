@@ -14,6 +14,7 @@ import { isObject, type Doc } from "../query/value.js";
 import { Connection, type BackoffOptions, type ConnectionState, type WebSocketConstructor } from "./connection.js";
 import { HeraldError } from "./errors.js";
 import { Http, type Fetch } from "./http.js";
+import { Admin, type CollectionInfo, type DeadLetter, type Explained, type MetricSample, type TriggerStatus } from "./admin.js";
 import { MemoryPersistence, type CachedDoc, type Persistence, type StoredMutation } from "./persistence.js";
 import {
   diffDocs,
@@ -145,6 +146,7 @@ export function connect(options: ConnectOptions): Herald {
 
 export class Herald {
   private readonly http: Http;
+  private readonly admin: Admin;
   private readonly conn: Connection;
   private readonly persistence: Persistence;
   private readonly ready: Promise<void>;
@@ -179,6 +181,7 @@ export class Herald {
     const WS = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
     if (WS === undefined) throw new HeraldError("bad_request", "no WebSocket implementation: pass options.WebSocket");
     this.http = new Http(base, options.token, fetchImpl, options.requestTimeoutMs ?? 15_000);
+    this.admin = new Admin(this.http);
     this.persistence = options.persistence ?? new MemoryPersistence();
     this.backoff = { initialMs: options.backoff?.initialMs ?? 250, maxMs: options.backoff?.maxMs ?? 10_000 };
     this.conn = new Connection({
@@ -306,6 +309,48 @@ export class Herald {
     }
     const view = this.compute({ collection: q.collection, query: q.parsed, seq: this.cacheSeq }, true);
     return snapshot(view.docs, [], { hasPendingWrites: view.pending, fromCache }, seq);
+  }
+
+  // ---- administration (straight to the server; admin key when authentication is on) ----
+
+  /** Every collection holding at least one document, in byte order (`GET /v1/collections`). */
+  listCollections(): Promise<CollectionInfo[]> {
+    return this.admin.listCollections();
+  }
+
+  /** Runs a query on the server with its plan and work (`explain`); no cache, no local view. */
+  explain(ref: QueryRef | CollectionRef): Promise<Explained> {
+    const q = ref instanceof QueryRef ? ref : this.query(ref);
+    return this.admin.explain(q.collection, { ...q.spec });
+  }
+
+  /** Every trigger with its queue: pending, oldest age, dead, executed, failed, recent errors. */
+  triggers(): Promise<TriggerStatus[]> {
+    return this.admin.triggers();
+  }
+
+  trigger(name: string): Promise<TriggerStatus> {
+    return this.admin.trigger(name);
+  }
+
+  /** A trigger's dead letters, oldest first (at most `limit`, default 100, after task `after`). */
+  deadLetters(name: string, opts?: { limit?: number; after?: string }): Promise<DeadLetter[]> {
+    return this.admin.deadLetters(name, opts);
+  }
+
+  /** Queues dead letters again (the given task ids, or all); resolves to how many. */
+  retryDead(name: string, tasks?: string[]): Promise<number> {
+    return this.admin.retryDead(name, tasks);
+  }
+
+  /** Deletes dead letters (the given task ids, or all); resolves to how many. */
+  purgeDead(name: string, tasks?: string[]): Promise<number> {
+    return this.admin.purgeDead(name, tasks);
+  }
+
+  /** The server's `/metrics`, parsed (see `parsePrometheus`). */
+  metrics(): Promise<MetricSample[]> {
+    return this.admin.metrics();
   }
 
   private localDoc(ref: DocumentRef, fromCache: boolean): DocumentSnapshot {

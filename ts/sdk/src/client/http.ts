@@ -14,26 +14,7 @@ export class Http {
 
   /** Sends a request; resolves to the JSON body of a 2xx answer, rejects with HeraldError. */
   async request<T>(method: string, path: string, body?: unknown): Promise<T> {
-    const headers: Record<string, string> = {};
-    if (body !== undefined) headers["content-type"] = "application/json";
-    if (this.token !== undefined) headers.authorization = `Bearer ${this.token}`;
-    let res: Response;
-    let text: string;
-    const abort = new AbortController();
-    const timer = setTimeout(() => abort.abort(), this.timeoutMs);
-    try {
-      res = await this.fetchImpl(this.base + path, {
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: abort.signal,
-      });
-      text = await res.text();
-    } catch (e) {
-      throw new HeraldError("network", `${method} ${path}: ${(e as Error).message}`);
-    } finally {
-      clearTimeout(timer);
-    }
+    const { res, text } = await this.send(method, path, body);
     let json: unknown = undefined;
     try {
       json = text.length > 0 ? JSON.parse(text) : undefined;
@@ -41,13 +22,52 @@ export class Http {
       // An error page that is not JSON: reported below with the status.
     }
     if (res.ok) return json as T;
-    const err = (json as { error?: { code?: string; message?: string } } | undefined)?.error;
-    const { code, message, ...details } = (err ?? {}) as Record<string, unknown>;
-    throw new HeraldError(
-      typeof code === "string" ? code : `http_${res.status}`,
-      typeof message === "string" ? message : `${method} ${path}: HTTP ${res.status}`,
-      res.status,
-      details,
-    );
+    throw errorOf(method, path, res.status, json);
   }
+
+  /** Sends a request; resolves to the text body of a 2xx answer (e.g. `/metrics`). */
+  async requestText(method: string, path: string): Promise<string> {
+    const { res, text } = await this.send(method, path, undefined);
+    if (res.ok) return text;
+    let json: unknown = undefined;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      // Not JSON: the status says enough.
+    }
+    throw errorOf(method, path, res.status, json);
+  }
+
+  private async send(method: string, path: string, body: unknown): Promise<{ res: Response; text: string }> {
+    const headers: Record<string, string> = {};
+    if (body !== undefined) headers["content-type"] = "application/json";
+    if (this.token !== undefined) headers.authorization = `Bearer ${this.token}`;
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), this.timeoutMs);
+    try {
+      const res = await this.fetchImpl(this.base + path, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: abort.signal,
+      });
+      return { res, text: await res.text() };
+    } catch (e) {
+      throw new HeraldError("network", `${method} ${path}: ${(e as Error).message}`);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+/** The HeraldError of a non-2xx answer: its stable code and details, or `http_<status>`. */
+function errorOf(method: string, path: string, status: number, json: unknown): HeraldError {
+  const err = (json as { error?: { code?: string; message?: string } } | undefined)?.error;
+  const { code, message, ...details } = (err ?? {}) as Record<string, unknown>;
+  return new HeraldError(
+    typeof code === "string" ? code : `http_${status}`,
+    typeof message === "string" ? message : `${method} ${path}: HTTP ${status}`,
+    status,
+    details,
+  );
 }

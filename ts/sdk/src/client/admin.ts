@@ -1,0 +1,155 @@
+// Administration over HTTP: collections, query plans, trigger queues and dead letters, and the
+// server's Prometheus metrics parsed into samples. These calls go straight to the server (no
+// cache, no queue): they need a reachable server and, with authentication on, an admin key
+// (collections and metrics also accept a service key). The web console is built on them.
+import type { Doc } from "../query/value.js";
+import type { Http } from "./http.js";
+
+export interface CollectionInfo {
+  readonly name: string;
+}
+
+/** The plan and the work of one pull query (`POST /v1/query` with `explain: true`). */
+export interface Explained {
+  readonly docs: Doc[];
+  readonly seq: number;
+  readonly explain: {
+    /** `{"type": "index"|"ordered_index"|"union"|"ids"|"collection_scan", ...}`. */
+    readonly plan: Record<string, unknown>;
+    readonly keysExamined: number;
+    readonly docsExamined: number;
+    readonly returned: number;
+  };
+}
+
+export interface TriggerError {
+  readonly atMs: number;
+  readonly task: string;
+  readonly message: string;
+}
+
+/** A trigger's definition and its queue (`GET /v1/triggers/{name}`, docs/triggers.md). */
+export interface TriggerStatus {
+  readonly name: string;
+  readonly collection: string;
+  readonly on: string[];
+  readonly pending: number;
+  /** Age of the oldest queued task; null when the queue is empty. */
+  readonly oldestPendingAgeMs: number | null;
+  readonly dead: number;
+  readonly executed: number;
+  readonly failed: number;
+  readonly conflicts: number;
+  readonly recentErrors: TriggerError[];
+  /** The rest of the definition (`filter`, `function` or `webhook`, `maxAttempts`). */
+  readonly [member: string]: unknown;
+}
+
+/** A task that used up its attempts. */
+export interface DeadLetter {
+  /** The task id, `"seq.n"`: what `retryDead` and `purgeDead` select. */
+  readonly task: string;
+  readonly seq: number;
+  readonly collection: string;
+  readonly id: string;
+  readonly op: string;
+  readonly before: Doc | null;
+  readonly after: Doc | null;
+  readonly attempts: number;
+  readonly createdMs: number;
+  readonly lastError: string | null;
+}
+
+/** One sample of the Prometheus text format: `name{labels} value`. */
+export interface MetricSample {
+  readonly name: string;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly value: number;
+}
+
+export class Admin {
+  constructor(private readonly http: Http) {}
+
+  async listCollections(): Promise<CollectionInfo[]> {
+    const out: CollectionInfo[] = [];
+    let after: string | undefined;
+    for (;;) {
+      const q = after === undefined ? "" : `?after=${encodeURIComponent(after)}`;
+      const r = await this.http.request<{ collections: CollectionInfo[]; more: boolean }>("GET", `/v1/collections${q}`);
+      out.push(...r.collections);
+      if (!r.more || r.collections.length === 0) return out;
+      after = r.collections[r.collections.length - 1].name;
+    }
+  }
+
+  explain(collection: string, spec: Record<string, unknown>): Promise<Explained> {
+    return this.http.request<Explained>("POST", "/v1/query", { collection, ...spec, explain: true });
+  }
+
+  async triggers(): Promise<TriggerStatus[]> {
+    return (await this.http.request<{ triggers: TriggerStatus[] }>("GET", "/v1/triggers")).triggers;
+  }
+
+  trigger(name: string): Promise<TriggerStatus> {
+    return this.http.request<TriggerStatus>("GET", `/v1/triggers/${encodeURIComponent(name)}`);
+  }
+
+  async deadLetters(name: string, opts: { limit?: number; after?: string } = {}): Promise<DeadLetter[]> {
+    const params = new URLSearchParams();
+    if (opts.limit !== undefined) params.set("limit", String(opts.limit));
+    if (opts.after !== undefined) params.set("after", opts.after);
+    const q = params.toString() === "" ? "" : `?${params}`;
+    const path = `/v1/triggers/${encodeURIComponent(name)}/dead${q}`;
+    return (await this.http.request<{ deadLetters: DeadLetter[] }>("GET", path)).deadLetters;
+  }
+
+  async retryDead(name: string, tasks?: string[]): Promise<number> {
+    const path = `/v1/triggers/${encodeURIComponent(name)}/dead/retry`;
+    return (await this.http.request<{ retried: number }>("POST", path, tasks === undefined ? undefined : { tasks })).retried;
+  }
+
+  async purgeDead(name: string, tasks?: string[]): Promise<number> {
+    const path = `/v1/triggers/${encodeURIComponent(name)}/dead/purge`;
+    return (await this.http.request<{ purged: number }>("POST", path, tasks === undefined ? undefined : { tasks })).purged;
+  }
+
+  async metrics(): Promise<MetricSample[]> {
+    return parsePrometheus(await this.http.requestText("GET", "/metrics"));
+  }
+}
+
+const SAMPLE = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$/;
+const LABEL = /\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?/y;
+
+/**
+ * Parses the Prometheus text exposition format (version 0.0.4) into samples, in order.
+ * `# HELP` / `# TYPE` lines and blank lines are skipped; label values are unescaped
+ * (`\\`, `\"`, `\n`); `+Inf`, `-Inf` and `NaN` become the numbers they name. A line that does not
+ * parse is skipped rather than failing the whole scrape.
+ */
+export function parsePrometheus(text: string): MetricSample[] {
+  const out: MetricSample[] = [];
+  for (const raw of text.split("\n")) {
+    const line = raw.trim();
+    if (line === "" || line.startsWith("#")) continue;
+    const m = SAMPLE.exec(line);
+    if (m === null) continue;
+    const labels: Record<string, string> = {};
+    if (m[2] !== undefined) {
+      LABEL.lastIndex = 0;
+      let ok = true;
+      while (LABEL.lastIndex < m[2].length) {
+        const l = LABEL.exec(m[2]);
+        if (l === null) {
+          ok = false;
+          break;
+        }
+        labels[l[1]] = l[2].replace(/\\(.)/g, (_, c: string) => (c === "n" ? "\n" : c));
+      }
+      if (!ok) continue;
+    }
+    const value = m[3] === "+Inf" ? Infinity : m[3] === "-Inf" ? -Infinity : Number(m[3]);
+    out.push({ name: m[1], labels, value });
+  }
+  return out;
+}
