@@ -30,7 +30,9 @@ pub use collections::COLLECTIONS_LIST_MAX;
 pub use db::{Db, DbOptions, QueryOutcome, StoredDoc, BUILD_CHUNK_DOCS, COMPOSITE_INDEXES_MAX};
 pub use error::DbError;
 pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};
-pub use herald_storage::{Durability, Ticket, WriteError as WriteFailure};
+pub use herald_storage::{
+    lower_current_thread_priority, Durability, Ticket, WriteError as WriteFailure,
+};
 pub use indexer::{COMPOSITE_ENTRIES_PER_DOC_MAX, INDEX_ENTRIES_PER_DOC_MAX};
 pub use mutations::{
     check_mutation_id, MutationRetention, MUTATIONS_RETAINED_MAX, MUTATION_ID_BYTES_MAX,

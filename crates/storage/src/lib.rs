@@ -293,3 +293,21 @@ impl StoreOptions {
         Ok(())
     }
 }
+
+/// The nice value of the checkpointer thread (0 is normal; 19 the lowest priority).
+pub const CHECKPOINT_THREAD_NICE: i32 = 5;
+
+/// Lowers the calling thread's CPU priority to `nice` (0 normal, 19 lowest), for threads doing
+/// work no client waits on, so that threads serving clients run first on a busy machine. Linux
+/// only (there a nice value belongs to one thread); elsewhere, and on failure, it does nothing:
+/// priority is an optimisation, never needed for correctness. A thread cannot raise its priority
+/// again without privileges.
+pub fn lower_current_thread_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority has no memory-safety preconditions; who = 0 is the calling thread.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}

@@ -241,6 +241,9 @@ pub(crate) struct Writer {
     pub(crate) yielded: bool,
     /// The next batch starts with a heavy job: finish the batch in flight before running it.
     pub(crate) heavy_next: bool,
+    /// A client job taken from the queue to see whether one waits (see `pull_background`);
+    /// the next one `next_foreground` returns.
+    pub(crate) peeked: Option<Box<dyn Job>>,
     pub(crate) durability: Durability,
     pub(crate) batch_max: usize,
     /// No-sync mode only: how long a logged batch may stay non-durable.
@@ -427,8 +430,19 @@ impl Writer {
         Next::Jobs(jobs)
     }
 
+    /// Whether a client job is queued (it is kept in `peeked` for `next_foreground`).
+    fn foreground_waiting(&mut self) -> bool {
+        if self.peeked.is_none() {
+            self.peeked = self.next_foreground();
+        }
+        self.peeked.is_some()
+    }
+
     /// The next queued foreground job, if any, skipping wake-ups.
     fn next_foreground(&mut self) -> Option<Box<dyn Job>> {
+        if let Some(job) = self.peeked.take() {
+            return Some(job);
+        }
         loop {
             match self.queue.try_recv() {
                 Ok(Msg::Job(job)) => return Some(job),
@@ -620,6 +634,11 @@ impl Writer {
             return None;
         }
         if pull.taken > 0 && Instant::now() >= pull.until {
+            return None;
+        }
+        // A client job waiting ends the batch's background work (after the one job every
+        // batch takes), so it waits for at most one background job, not the whole budget.
+        if pull.taken > 0 && self.foreground_waiting() {
             return None;
         }
         let b = self.background.try_recv().ok()?;

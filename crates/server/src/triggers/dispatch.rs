@@ -14,6 +14,7 @@
 //! the completion channel.
 
 use crate::triggers::exec::{self, now_ms, Outcome};
+use crate::triggers::pool::ScriptPool;
 use crate::triggers::TriggerOptions;
 use herald_db::triggers::{Action, Task, TaskId, TriggerDef};
 use herald_db::Db;
@@ -93,9 +94,9 @@ pub struct Dispatcher {
     pub http: reqwest::Client,
     pub done_tx: Sender<Completion>,
     pub done_rx: Receiver<Completion>,
-    /// JavaScript runs at once: `workers`. Tasks in flight (running, or waiting for their
-    /// commit) may be `IN_FLIGHT_PER_WORKER` times more, so that many tasks share a commit.
-    pub js_slots: Arc<tokio::sync::Semaphore>,
+    /// The JavaScript threads: `workers` runs at once. Tasks in flight (running, or waiting for
+    /// their commit) may be `IN_FLIGHT_PER_WORKER` times more, so that many tasks share a commit.
+    pub scripts: Arc<ScriptPool>,
 }
 
 impl Dispatcher {
@@ -257,9 +258,9 @@ impl Dispatcher {
         };
         match &def.action {
             Action::Function(_) => {
-                let slots = self.js_slots.clone();
+                let scripts = self.scripts.clone();
                 self.runtime.spawn(async move {
-                    report(exec::run_function(db, def, id, task, opts, slots).await);
+                    report(exec::run_function(db, def, id, task, opts, scripts).await);
                 });
             }
             Action::Webhook { .. } => {

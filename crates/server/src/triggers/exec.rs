@@ -3,6 +3,7 @@
 //! an exponential, jittered backoff.
 
 use crate::triggers::host::TaskHost;
+use crate::triggers::pool::ScriptPool;
 use crate::triggers::TriggerOptions;
 use herald_db::triggers::{Action, Task, TaskDone, TaskFailed, TaskId, TriggerDef};
 use herald_db::{Db, DbError, Ticket};
@@ -76,16 +77,16 @@ fn run_and_submit(
         .map_err(|e| format!("{}: {e}", e.code()))
 }
 
-/// Runs a function task to the end. The JavaScript runs on a blocking thread, at most
-/// `js_slots` at once; the commit is awaited without holding a thread, so many tasks can
-/// share one group commit.
+/// Runs a function task to the end. The JavaScript runs on one of the pool's low-priority
+/// threads; the commit is awaited without holding a thread, so many tasks can share one group
+/// commit.
 pub async fn run_function(
     db: Db,
     def: Arc<TriggerDef>,
     id: TaskId,
     task: Task,
     opts: Arc<TriggerOptions>,
-    js_slots: Arc<tokio::sync::Semaphore>,
+    scripts: Arc<ScriptPool>,
 ) -> Outcome {
     let Action::Function(_) = &def.action else {
         unreachable!("run_function is only dispatched for function triggers");
@@ -93,16 +94,18 @@ pub async fn run_function(
     let event = Arc::new(task.event());
     for _ in 0..=CONFLICT_RERUNS_MAX {
         let submitted = {
-            let _slot = js_slots.acquire().await;
             let (db, def, event, opts) = (db.clone(), def.clone(), event.clone(), opts.clone());
-            tokio::task::spawn_blocking(move || {
-                let Action::Function(source) = &def.action else {
-                    unreachable!("checked above");
-                };
-                run_and_submit(&db, source, id, &event, &opts)
-            })
-            .await
-            .unwrap_or_else(|e| Err(format!("internal: the task's thread failed: {e}")))
+            scripts
+                .run(move || {
+                    let Action::Function(source) = &def.action else {
+                        unreachable!("checked above");
+                    };
+                    run_and_submit(&db, source, id, &event, &opts)
+                })
+                .await
+                .unwrap_or_else(|| {
+                    Err("internal: the task's thread failed or the server is stopping".into())
+                })
         };
         let ticket = match submitted {
             Ok(ticket) => ticket,

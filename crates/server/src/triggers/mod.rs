@@ -8,6 +8,7 @@
 pub mod dispatch;
 pub mod exec;
 pub mod host;
+pub mod pool;
 
 use dispatch::{Bell, Dispatcher};
 use herald_db::Db;
@@ -48,6 +49,7 @@ impl Default for TriggerOptions {
 pub struct TriggerService {
     bell: Arc<Bell>,
     thread: Option<JoinHandle<()>>,
+    scripts: Arc<pool::ScriptPool>,
 }
 
 impl TriggerService {
@@ -57,6 +59,7 @@ impl TriggerService {
         let ring = bell.clone();
         db.triggers().set_listener(move || ring.ring());
         let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let scripts = pool::ScriptPool::start(opts.workers);
         let dispatcher = Dispatcher {
             db,
             bell: bell.clone(),
@@ -68,7 +71,7 @@ impl TriggerService {
             http: reqwest::Client::new(),
             done_tx,
             done_rx,
-            js_slots: Arc::new(tokio::sync::Semaphore::new(opts.workers.max(1))),
+            scripts: scripts.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("herald-triggers".into())
@@ -77,6 +80,7 @@ impl TriggerService {
         TriggerService {
             bell,
             thread: Some(thread),
+            scripts,
         }
     }
 
@@ -86,6 +90,7 @@ impl TriggerService {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        self.scripts.stop();
     }
 }
 

@@ -271,6 +271,55 @@ fn background_jobs_yield_to_foreground_jobs() {
 }
 
 #[test]
+fn a_waiting_client_job_ends_the_background_work_of_a_batch_within_its_budget() {
+    // A budget no test machine exhausts: without a client job waiting, one batch would take
+    // every background job.
+    let store = Store::in_memory(StoreOptions {
+        background_batch_ms_max: 60_000,
+        ..StoreOptions::default()
+    })
+    .unwrap();
+    let (order_tx, order) = mpsc::channel();
+    let (client_tx, client_rx) = mpsc::channel::<Ticket<(), StorageError>>();
+    let job = |name: &'static str| {
+        let order_tx = order_tx.clone();
+        move |txn: &mut WriteTxn<'_>| {
+            txn.put(Table::Docs, name.as_bytes().to_vec(), b"x".to_vec())?;
+            txn.on_commit(move || order_tx.send(name).unwrap());
+            Ok::<(), StorageError>(())
+        }
+    };
+    let (stalled, release) = stall(&store);
+    let store = Arc::new(store);
+    // b1 submits the client job while it runs: the client job waits in the queue when the
+    // batch looks for its next background job.
+    let b1 = {
+        let handle = store.clone();
+        let inner = job("b1");
+        let f1 = job("f1");
+        store
+            .submit_background(move |txn: &mut WriteTxn<'_>| {
+                client_tx.send(handle.submit(f1).unwrap()).unwrap();
+                inner(txn)
+            })
+            .unwrap()
+    };
+    let rest: Vec<_> = ["b2", "b3"]
+        .into_iter()
+        .map(|n| store.submit_background(job(n)).unwrap())
+        .collect();
+    drop(release);
+    stalled.wait().unwrap();
+    b1.wait().unwrap();
+    client_rx.recv().unwrap().wait().unwrap();
+    for t in rest {
+        t.wait().unwrap();
+    }
+    let seen: Vec<&str> = order.try_iter().collect();
+    assert_eq!(seen, ["b1", "f1", "b2", "b3"]);
+}
+
+#[test]
 fn a_heavy_background_job_runs_after_the_queued_client_jobs_in_a_batch_of_its_own() {
     let store = memory(1024, 1024);
     let (order_tx, order) = mpsc::channel();
