@@ -114,6 +114,7 @@ impl Store {
             yielded: false,
             heavy_next: false,
             peeked: None,
+            last_batch_client: false,
             shared: shared.clone(),
             log: LogThread::spawn(wal)?,
             queue: receiver,

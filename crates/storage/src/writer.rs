@@ -244,6 +244,8 @@ pub(crate) struct Writer {
     /// A client job taken from the queue to see whether one waits (see `pull_background`);
     /// the next one `next_foreground` returns.
     pub(crate) peeked: Option<Box<dyn Job>>,
+    /// The last batch held client jobs: background jobs, if any wait, have the next turn.
+    pub(crate) last_batch_client: bool,
     pub(crate) durability: Durability,
     pub(crate) batch_max: usize,
     /// No-sync mode only: how long a logged batch may stay non-durable.
@@ -361,28 +363,41 @@ impl Writer {
     /// Waits for work: blocks only when no batch is in flight (then wakes for the no-sync
     /// deadline and for background jobs too); otherwise takes what is queued or reports `Idle`.
     ///
-    /// Foreground (client) jobs come first; a batch starts with a background job only when no
-    /// client job waits. A deferred heavy background job opens a batch of its own once the
-    /// client jobs queued before it have had one without it.
+    /// A batch holds client (foreground) jobs or background jobs, never both, so a client's
+    /// acknowledgement waits for its own batch's sync and not for background work in it: while
+    /// a client batch syncs, the next (background) batch already runs, pipelined. When both
+    /// kinds wait they take turns, so neither starves. A deferred heavy background job opens a
+    /// batch of its own once the client jobs queued before it have had one without it.
     fn next(&mut self, busy: bool, volatile_since: Option<Instant>) -> Next {
-        let first = loop {
+        let (first, client) = loop {
             if self.deferred.is_some() {
                 if !self.yielded {
                     self.yielded = true;
                     if let Some(job) = self.next_foreground() {
-                        break job;
+                        break (job, true);
                     }
                 }
                 self.yielded = false;
                 self.heavy_next = true;
-                break self.deferred.take().expect("checked");
+                break (self.deferred.take().expect("checked"), false);
+            }
+            if self.last_batch_client {
+                if let Ok(b) = self.background.try_recv() {
+                    if b.heavy {
+                        // Clients queued before it get their batch first.
+                        self.deferred = Some(b.job);
+                        continue;
+                    }
+                    break (b.job, false);
+                }
             }
             if let Some(job) = self.next_foreground() {
-                break job;
+                break (job, true);
             }
             if let Ok(b) = self.background.try_recv() {
+                // No client job waits: a heavy job may start at once.
                 self.heavy_next = b.heavy;
-                break b.job;
+                break (b.job, false);
             }
             if busy {
                 return Next::Idle;
@@ -398,7 +413,7 @@ impl Writer {
             if let Ok(b) = self.background.try_recv() {
                 self.sleeping.store(false, SeqCst);
                 self.heavy_next = b.heavy;
-                break b.job;
+                break (b.job, false);
             }
             let received =
                 match volatile_since.and_then(|since| since.checked_add(self.nosync_lag_max)) {
@@ -412,30 +427,24 @@ impl Writer {
                 };
             self.sleeping.store(false, SeqCst);
             match received {
-                Ok(Msg::Job(job)) => break job,
+                Ok(Msg::Job(job)) => break (job, true),
                 Ok(Msg::Wake) => continue,
                 Err(RecvTimeoutError::Timeout) => return Next::SyncDue,
                 // Closing: commit what the background queue still holds, then stop.
                 Err(RecvTimeoutError::Disconnected) => self.foreground_open = false,
             }
         };
+        self.last_batch_client = client;
         let mut jobs = Vec::with_capacity(self.batch_max.min(1024));
         jobs.push(first);
-        while jobs.len() < self.batch_max {
+        // A background batch takes more background jobs as it runs (`pull_background`).
+        while client && jobs.len() < self.batch_max {
             match self.next_foreground() {
                 Some(job) => jobs.push(job),
                 None => break,
             }
         }
         Next::Jobs(jobs)
-    }
-
-    /// Whether a client job is queued (it is kept in `peeked` for `next_foreground`).
-    fn foreground_waiting(&mut self) -> bool {
-        if self.peeked.is_none() {
-            self.peeked = self.next_foreground();
-        }
-        self.peeked.is_some()
     }
 
     /// The next queued foreground job, if any, skipping wake-ups.
@@ -454,6 +463,14 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// Whether a client job is queued (it is kept in `peeked` for `next_foreground`).
+    fn foreground_waiting(&mut self) -> bool {
+        if self.peeked.is_none() {
+            self.peeked = self.next_foreground();
+        }
+        self.peeked.is_some()
     }
 
     /// Syncs the log while idle; a failure fails the store (after a failed fsync, what
@@ -502,10 +519,15 @@ impl Writer {
         let pending = in_flight.as_ref().and_then(|b| b.layer.as_ref());
         let snapshot = self.shared.snapshot_with(pending);
         let mut changes = Changes::default();
+        // Only a background batch takes more background jobs; its first job counts as taken.
         let mut pull = BackgroundPull {
-            room: self.batch_max.saturating_sub(jobs.len()),
+            room: if self.last_batch_client {
+                0
+            } else {
+                self.batch_max.saturating_sub(jobs.len())
+            },
             until: Instant::now() + self.background_budget,
-            taken: 0,
+            taken: jobs.len(),
         };
         let mut jobs = jobs.into_iter();
         loop {
@@ -636,8 +658,8 @@ impl Writer {
         if pull.taken > 0 && Instant::now() >= pull.until {
             return None;
         }
-        // A client job waiting ends the batch's background work (after the one job every
-        // batch takes), so it waits for at most one background job, not the whole budget.
+        // A client job waiting ends a background batch, so it waits for at most the
+        // background job running when it came, not the whole budget.
         if pull.taken > 0 && self.foreground_waiting() {
             return None;
         }

@@ -320,6 +320,41 @@ fn a_waiting_client_job_ends_the_background_work_of_a_batch_within_its_budget() 
 }
 
 #[test]
+fn client_jobs_never_share_a_batch_with_background_jobs_and_the_two_take_turns() {
+    let store = memory(1024, 1024);
+    let (order_tx, order) = mpsc::channel();
+    let job = |name: &'static str| {
+        let order_tx = order_tx.clone();
+        move |txn: &mut WriteTxn<'_>| {
+            txn.put(Table::Docs, name.as_bytes().to_vec(), b"x".to_vec())?;
+            txn.on_commit(move || order_tx.send(name).unwrap());
+            Ok::<(), StorageError>(())
+        }
+    };
+    let (stalled, release) = stall(&store);
+    let before = store.metrics().commits;
+    let tickets = vec![
+        store.submit_background(job("b1")).unwrap(),
+        store.submit_background(job("b2")).unwrap(),
+        store.submit(job("f1")).unwrap(),
+        store.submit(job("f2")).unwrap(),
+    ];
+    drop(release);
+    stalled.wait().unwrap();
+    for t in tickets {
+        t.wait().unwrap();
+    }
+    let seen: Vec<&str> = order.try_iter().collect();
+    // The stalled client batch took no background job; background had the next turn and
+    // stopped after one job because clients waited; the clients' batch held both of them
+    // and nothing else; then the last background job.
+    assert_eq!(seen, ["b1", "f1", "f2", "b2"]);
+    // stall (counted before its commit or after, so 3 or 4), [b1], [f1, f2], [b2]
+    let batches = store.metrics().commits - before;
+    assert!((3..=4).contains(&batches), "{batches} batches");
+}
+
+#[test]
 fn a_heavy_background_job_runs_after_the_queued_client_jobs_in_a_batch_of_its_own() {
     let store = memory(1024, 1024);
     let (order_tx, order) = mpsc::channel();
