@@ -36,6 +36,20 @@ fn visible(store: &Store, key: &[u8]) -> bool {
         .is_some()
 }
 
+/// A job that puts `name` and, once committed, sends `name` to `order`: tests read the order
+/// of commits from it.
+fn recorded(
+    order: &mpsc::Sender<&'static str>,
+    name: &'static str,
+) -> impl FnOnce(&mut WriteTxn<'_>) -> Result<(), StorageError> + Send + 'static {
+    let order = order.clone();
+    move |txn: &mut WriteTxn<'_>| {
+        txn.put(Table::Docs, name.as_bytes().to_vec(), b"x".to_vec())?;
+        txn.on_commit(move || order.send(name).unwrap());
+        Ok(())
+    }
+}
+
 /// Occupies the writer with a job that blocks until the returned sender fires (or is dropped),
 /// so the jobs submitted meanwhile queue up into the next batch. Returns once the job runs.
 fn stall(store: &Store) -> (Ticket<(), StorageError>, mpsc::Sender<()>) {
@@ -242,14 +256,7 @@ fn background_jobs_yield_to_foreground_jobs() {
     .unwrap();
     let (order_tx, order) = mpsc::channel();
     let (stalled, release) = stall(&store);
-    let job = |name: &'static str| {
-        let order_tx = order_tx.clone();
-        move |txn: &mut WriteTxn<'_>| {
-            txn.put(Table::Docs, name.as_bytes().to_vec(), b"x".to_vec())?;
-            txn.on_commit(move || order_tx.send(name).unwrap());
-            Ok::<(), StorageError>(())
-        }
-    };
+    let job = |name: &'static str| recorded(&order_tx, name);
     let background: Vec<_> = ["b1", "b2", "b3"]
         .into_iter()
         .map(|n| store.submit_background(job(n)).unwrap())
@@ -281,14 +288,7 @@ fn a_waiting_client_job_ends_the_background_work_of_a_batch_within_its_budget() 
     .unwrap();
     let (order_tx, order) = mpsc::channel();
     let (client_tx, client_rx) = mpsc::channel::<Ticket<(), StorageError>>();
-    let job = |name: &'static str| {
-        let order_tx = order_tx.clone();
-        move |txn: &mut WriteTxn<'_>| {
-            txn.put(Table::Docs, name.as_bytes().to_vec(), b"x".to_vec())?;
-            txn.on_commit(move || order_tx.send(name).unwrap());
-            Ok::<(), StorageError>(())
-        }
-    };
+    let job = |name: &'static str| recorded(&order_tx, name);
     let (stalled, release) = stall(&store);
     let store = Arc::new(store);
     // b1 submits the client job while it runs: the client job waits in the queue when the
@@ -323,14 +323,7 @@ fn a_waiting_client_job_ends_the_background_work_of_a_batch_within_its_budget() 
 fn client_jobs_never_share_a_batch_with_background_jobs_and_the_two_take_turns() {
     let store = memory(1024, 1024);
     let (order_tx, order) = mpsc::channel();
-    let job = |name: &'static str| {
-        let order_tx = order_tx.clone();
-        move |txn: &mut WriteTxn<'_>| {
-            txn.put(Table::Docs, name.as_bytes().to_vec(), b"x".to_vec())?;
-            txn.on_commit(move || order_tx.send(name).unwrap());
-            Ok::<(), StorageError>(())
-        }
-    };
+    let job = |name: &'static str| recorded(&order_tx, name);
     let (stalled, release) = stall(&store);
     let before = store.metrics().commits;
     let tickets = vec![
@@ -359,14 +352,7 @@ fn a_heavy_background_job_runs_after_the_queued_client_jobs_in_a_batch_of_its_ow
     let store = memory(1024, 1024);
     let (order_tx, order) = mpsc::channel();
     let (stalled, release) = stall(&store);
-    let job = |name: &'static str| {
-        let order_tx = order_tx.clone();
-        move |txn: &mut WriteTxn<'_>| {
-            txn.put(Table::Docs, name.as_bytes().to_vec(), b"x".to_vec())?;
-            txn.on_commit(move || order_tx.send(name).unwrap());
-            Ok::<(), StorageError>(())
-        }
-    };
+    let job = |name: &'static str| recorded(&order_tx, name);
     let heavy = store.submit_background_heavy(job("heavy")).unwrap();
     let light = store.submit_background(job("light")).unwrap();
     let client = store.submit(job("client")).unwrap();
@@ -814,16 +800,23 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn non_durable_checkpoints_keep_the_log_until_a_durable_one_covers_it() {
+/// An on-disk store that checkpoints every millisecond, durably once a pending non-durable
+/// checkpoint is `durable_ms` old, with 1 KiB log segments.
+fn checkpointing_store(durable_ms: u64) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let options = StoreOptions {
         checkpoint_interval_ms: 1,
-        durable_checkpoint_interval_ms: 3_600_000,
+        durable_checkpoint_interval_ms: durable_ms,
         wal_segment_bytes: 1 << 10,
         ..StoreOptions::default()
     };
     let store = Store::open(dir.path(), options).unwrap();
+    (dir, store)
+}
+
+#[test]
+fn non_durable_checkpoints_keep_the_log_until_a_durable_one_covers_it() {
+    let (dir, store) = checkpointing_store(3_600_000);
     for i in 0u32..64 {
         store
             .submit(move |txn| txn.put(Table::Docs, i.to_be_bytes(), vec![1u8; 256]))
@@ -851,14 +844,7 @@ fn non_durable_checkpoints_keep_the_log_until_a_durable_one_covers_it() {
 
 #[test]
 fn a_pending_non_durable_checkpoint_becomes_durable_on_its_own() {
-    let dir = tempfile::tempdir().unwrap();
-    let options = StoreOptions {
-        checkpoint_interval_ms: 1,
-        durable_checkpoint_interval_ms: 50,
-        wal_segment_bytes: 1 << 10,
-        ..StoreOptions::default()
-    };
-    let store = Store::open(dir.path(), options).unwrap();
+    let (dir, store) = checkpointing_store(50);
     for i in 0u32..16 {
         put(&store, &i.to_be_bytes()).wait().unwrap();
     }
