@@ -294,9 +294,6 @@ impl StoreOptions {
     }
 }
 
-/// The nice value of the checkpointer thread (0 is normal; 19 the lowest priority).
-pub const CHECKPOINT_THREAD_NICE: i32 = 5;
-
 /// Lowers the calling thread's CPU priority to `nice` (0 normal, 19 lowest), for threads doing
 /// work no client waits on, so that threads serving clients run first on a busy machine. Linux
 /// only (there a nice value belongs to one thread); elsewhere, and on failure, it does nothing:

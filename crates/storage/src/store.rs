@@ -14,7 +14,6 @@ use crate::tables::{Table, FORMAT_VERSION, STATE, STATE_FORMAT};
 use crate::wal::{self, LogThread, Segments, Wal, WalWriter};
 use crate::write::WriteTxn;
 use crate::writer::{BackgroundJob, Job, Metrics, MetricsSnapshot, Msg, Ticket, TypedJob, Writer};
-use crate::CHECKPOINT_THREAD_NICE;
 use crate::{StorageError, StoreOptions};
 use redb::ReadableTable;
 
@@ -133,14 +132,7 @@ impl Store {
         };
         let checkpointer = std::thread::Builder::new()
             .name("herald-checkpoint".into())
-            .spawn(move || {
-                // Clients wait for the writer and the log, never for a checkpoint: on a busy
-                // machine those go first. A starved checkpointer fills the layers, and the
-                // writer then waits for it (`layers_bytes_max`), so it cannot fall behind
-                // without bound.
-                crate::lower_current_thread_priority(CHECKPOINT_THREAD_NICE);
-                checkpointer.run()
-            })?;
+            .spawn(move || checkpointer.run())?;
         let writer = match std::thread::Builder::new()
             .name("herald-storage-writer".into())
             .spawn(move || writer.run())
