@@ -167,6 +167,7 @@ impl Db {
                         retained_max: options.mutations.retained_max.max(1),
                         ..options.mutations
                     },
+                    log_prune_from: Arc::new(AtomicU64::new(0)),
                 },
                 triggers,
             }),

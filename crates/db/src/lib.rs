@@ -44,5 +44,5 @@ pub use names::{
 };
 pub use write::{
     Change, ChangeOp, CommitOutcome, Guard, Write, WriteEffect, WriteGuard, WriteResult,
-    COMMIT_WRITES_MAX,
+    COMMIT_WRITES_MAX, LOG_PRUNE_PER_COMMIT_MAX, LOG_PRUNE_RESCAN_EVERY,
 };

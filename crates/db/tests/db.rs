@@ -203,6 +203,35 @@ fn log_retention_prunes_old_records() {
     assert_eq!(db.log_range(0, 100).unwrap().len(), 5);
 }
 
+/// Pruning starts where the last one stopped (not at the log's start); across thousands of
+/// commits (past the periodic rescan) and a reopen, the log holds exactly the retained window.
+#[test]
+fn the_log_keeps_exactly_its_window_across_many_commits_and_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || DbOptions {
+        durability: Durability::NoSync,
+        log_retention_count: 5,
+        log_retention_age: Duration::from_secs(3600),
+        ..DbOptions::default()
+    };
+    let commits = 2 * herald_db::LOG_PRUNE_RESCAN_EVERY + 100;
+    {
+        let db = Db::open(dir.path(), opts()).unwrap();
+        for i in 0..commits {
+            db.commit(vec![put("c", "a", json!({"i": i}))]).unwrap();
+        }
+        assert_eq!(db.log_first().unwrap(), Some(commits - 4));
+        assert_eq!(db.log_range(0, commits + 100).unwrap().len(), 5);
+        db.close().unwrap();
+    }
+    let db = Db::open(dir.path(), opts()).unwrap();
+    for i in 0..10 {
+        db.commit(vec![put("c", "a", json!({"j": i}))]).unwrap();
+    }
+    assert_eq!(db.log_first().unwrap(), Some(commits + 10 - 4));
+    assert_eq!(db.log_range(0, commits + 100).unwrap().len(), 5);
+}
+
 /// A full write queue refuses without losing the writes: they come back (prepared, so an
 /// insert keeps the id it was given) and commit when retried.
 #[test]
