@@ -539,7 +539,7 @@ fn prune_log(
     s: &WriteSettings,
 ) -> Result<(), DbError> {
     use std::sync::atomic::Ordering::Relaxed;
-    let from = if seq % LOG_PRUNE_RESCAN_EVERY == 0 {
+    let from = if seq.is_multiple_of(LOG_PRUNE_RESCAN_EVERY) {
         0
     } else {
         s.log_prune_from.load(Relaxed).min(seq)
