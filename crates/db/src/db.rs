@@ -78,7 +78,7 @@ pub struct Db {
 pub(crate) struct Inner {
     pub(crate) store: Store,
     /// Committed transactions for the live-query engine, fed by the commit hook.
-    pub(crate) feed: crate::live::Feed,
+    pub(crate) feed: Arc<crate::live::Feed>,
     pub(crate) catalog: RwLock<Catalog>,
     /// The last committed seq, advanced by the writer after each commit.
     pub(crate) seq: AtomicU64,
@@ -156,7 +156,7 @@ impl Db {
         let db = Db {
             inner: Arc::new(Inner {
                 store,
-                feed: crate::live::Feed::new(seq),
+                feed: Arc::new(crate::live::Feed::new(seq)),
                 catalog: RwLock::new(catalog),
                 seq: AtomicU64::new(seq),
                 settings: WriteSettings {
@@ -167,11 +167,16 @@ impl Db {
                         retained_max: options.mutations.retained_max.max(1),
                         ..options.mutations
                     },
-                    log_prune_from: Arc::new(AtomicU64::new(0)),
+                    log_prune: Default::default(),
                 },
                 triggers,
             }),
         };
+        // One wake of the live feed's reader per batch, after the batch's commits are in it.
+        // (The callback holds the feed, not the database: the writer thread must never own
+        // the last reference to the store it runs in.)
+        let feed = Arc::clone(&db.inner.feed);
+        db.inner.store.on_batch_published(move || feed.announce());
         // Builds interrupted by a shutdown or crash resume where the catalog says.
         for (collection, index) in pending {
             db.spawn_build(collection, index);

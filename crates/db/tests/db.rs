@@ -232,6 +232,66 @@ fn the_log_keeps_exactly_its_window_across_many_commits_and_a_reopen() {
     assert_eq!(db.log_range(0, commits + 100).unwrap().len(), 5);
 }
 
+/// A commit skips the log scan while the oldest record it last kept is still retained; once
+/// that record ages out, the next commit prunes it and everything as old after it.
+#[test]
+fn records_that_age_out_are_pruned_after_commits_that_skipped_the_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path(),
+        DbOptions {
+            durability: Durability::NoSync,
+            log_retention_count: 1_000_000,
+            log_retention_age: Duration::from_millis(300),
+            ..DbOptions::default()
+        },
+    )
+    .unwrap();
+    for i in 0..20 {
+        db.commit(vec![put("c", "a", json!({"i": i}))]).unwrap();
+    }
+    assert_eq!(db.log_first().unwrap(), Some(1), "all within the window");
+    std::thread::sleep(Duration::from_millis(400));
+    db.commit(vec![put("c", "a", json!({"i": 20}))]).unwrap();
+    assert_eq!(
+        db.log_first().unwrap(),
+        Some(21),
+        "the 20 old records are gone"
+    );
+    for i in 0..5 {
+        db.commit(vec![put("c", "a", json!({"j": i}))]).unwrap();
+    }
+    assert_eq!(db.log_range(0, 100).unwrap().len(), 6);
+}
+
+/// The live feed's reader is woken by each committed batch (the writer announces it once per
+/// batch), not only by its timeout.
+#[test]
+fn a_commit_wakes_the_feed_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = std::sync::Arc::new(open(dir.path()));
+    for round in 0..3 {
+        let seq = db.feed().last_seq();
+        let reader = {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                let start = std::time::Instant::now();
+                let last = db.feed().wait_after(seq, true, Duration::from_secs(60));
+                (last, start.elapsed())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        db.commit(vec![put("c", "a", json!({"round": round}))])
+            .unwrap();
+        let (last, waited) = reader.join().unwrap();
+        assert_eq!(last, seq + 1);
+        assert!(
+            waited < Duration::from_secs(30),
+            "woken by the commit, not the timeout"
+        );
+    }
+}
+
 /// A full write queue refuses without losing the writes: they come back (prepared, so an
 /// insert keeps the id it was given) and commit when retried.
 #[test]

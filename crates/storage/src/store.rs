@@ -27,6 +27,7 @@ pub const FILE_NAME: &str = "herald.redb";
 /// Dropping the store is the same as [`close`](Store::close) without the error.
 pub struct Store {
     shared: Arc<Shared>,
+    after_batch: Arc<std::sync::OnceLock<crate::writer::AfterBatch>>,
     // `None` once closing has begun; dropping the sender is what tells the writer to finish.
     queue: Option<SyncSender<Msg>>,
     /// Background jobs; bounded like the foreground queue.
@@ -106,7 +107,9 @@ impl Store {
         let (queue, receiver) = mpsc::sync_channel(options.write_queue_max);
         let (background, background_rx) = mpsc::sync_channel(options.background_queue_max);
         let writer_sleeping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let after_batch = Arc::new(std::sync::OnceLock::new());
         let writer = Writer {
+            after_batch: after_batch.clone(),
             sleeping: writer_sleeping.clone(),
             foreground_open: true,
             deferred: None,
@@ -145,6 +148,7 @@ impl Store {
             }
         };
         Ok(Store {
+            after_batch,
             shared,
             queue: Some(queue),
             background: Some(background),
@@ -154,6 +158,13 @@ impl Store {
             metrics,
             write_queue_max: options.write_queue_max,
         })
+    }
+
+    /// Sets what runs on the writer thread after the commit hooks of each batch that had any
+    /// (the live feed wakes its reader once per batch there, not once per commit). Only the
+    /// first call counts; returns false for later ones.
+    pub fn on_batch_published(&self, f: impl Fn() + Send + Sync + 'static) -> bool {
+        self.after_batch.set(Box::new(f)).is_ok()
     }
 
     /// A consistent snapshot of every table as of the latest commit.

@@ -21,6 +21,9 @@ use crate::error::commit_error;
 use crate::layer::{Changes, Layer};
 use crate::wal::{LogRequest, LogThread};
 use crate::write::{Hook, WriteTxn};
+
+/// Called on the writer thread once a batch's hooks have run (a batch without hooks skips it).
+pub(crate) type AfterBatch = Box<dyn Fn() + Send + Sync>;
 use crate::{Durability, StorageError, WriteError};
 
 type Reply<T, E> = Result<T, WriteError<E>>;
@@ -223,6 +226,8 @@ impl Metrics {
 /// The state of the one writer thread.
 pub(crate) struct Writer {
     pub(crate) shared: Arc<Shared>,
+    /// Runs once after each committed batch's hooks (see `Store::on_batch_published`).
+    pub(crate) after_batch: Arc<std::sync::OnceLock<AfterBatch>>,
     pub(crate) log: LogThread,
     pub(crate) queue: Receiver<Msg>,
     /// Background jobs (trigger tasks, index builds): they fill a batch after the foreground
@@ -610,9 +615,13 @@ impl Writer {
                 self.metrics
                     .jobs_committed
                     .fetch_add(batch.size - failed, Relaxed);
+                let hooks = !batch.hooks.is_empty();
                 for hook in batch.hooks {
                     // A panicking hook is reported by the panic hook; the writer carries on.
                     let _ = panic::catch_unwind(AssertUnwindSafe(hook));
+                }
+                if let (true, Some(after)) = (hooks, self.after_batch.get()) {
+                    let _ = panic::catch_unwind(AssertUnwindSafe(after));
                 }
                 for r in batch.ran {
                     (r.deliver)(None);

@@ -33,6 +33,16 @@ struct Ring {
     last_seq: u64,
     /// Set by `nudge` so a waiter wakes for work other than commits.
     nudged: bool,
+    /// Waiters blocked in `wait_after`: a commit wakes them only if there are any (the wake
+    /// is a system call, and the writer calls `publish` once per commit).
+    waiting_for_commits: usize,
+    waiting: usize,
+    /// Commits were published since the last `announce`.
+    unannounced: bool,
+    /// Commits that left the ring, dropped by the next waiter rather than by the writer
+    /// (freeing their images is work no acknowledgement should wait for). At most
+    /// `FEED_RING_MAX`; beyond that the writer drops them itself.
+    evicted: Vec<Arc<Commit>>,
 }
 
 #[derive(Default)]
@@ -50,7 +60,7 @@ impl Feed {
                 commits: VecDeque::new(),
                 bytes: 0,
                 last_seq,
-                nudged: false,
+                ..Ring::default()
             }),
             cv: Condvar::new(),
             clock: Default::default(),
@@ -68,32 +78,61 @@ impl Feed {
         while r.commits.len() > FEED_RING_MAX || (r.bytes > FEED_BYTES_MAX && r.commits.len() > 1) {
             if let Some(old) = r.commits.pop_front() {
                 r.bytes -= old.bytes;
+                r.evicted.push(old);
             }
         }
+        let overflow = (r.evicted.len() > FEED_RING_MAX).then(|| std::mem::take(&mut r.evicted));
+        r.unannounced = true;
         drop(r);
-        self.cv.notify_all();
+        drop(overflow);
+    }
+
+    /// Wakes the waiters for the commits published since the last call. The writer calls it
+    /// once per batch: a wake is a system call, and a batch may hold a thousand commits.
+    pub fn announce(&self) {
+        let mut r = self.ring.lock().expect("feed lock");
+        let wake = std::mem::take(&mut r.unannounced) && r.waiting_for_commits > 0;
+        drop(r);
+        if wake {
+            self.cv.notify_all();
+        }
     }
 
     pub fn last_seq(&self) -> u64 {
         self.ring.lock().expect("feed lock").last_seq
     }
 
-    /// Waits until a commit after `seq` exists, `nudge` is called, or `timeout` passes;
-    /// returns the last seq.
-    pub fn wait_after(&self, seq: u64, timeout: Duration) -> u64 {
-        let r = self.ring.lock().expect("feed lock");
+    /// Waits until a commit after `seq` exists (only if `commits`), `nudge` is called, or
+    /// `timeout` passes; returns the last seq. The waiter frees the commits that left the ring.
+    pub fn wait_after(&self, seq: u64, commits: bool, timeout: Duration) -> u64 {
+        let mut r = self.ring.lock().expect("feed lock");
+        let evicted = std::mem::take(&mut r.evicted);
+        if !evicted.is_empty() {
+            drop(r);
+            drop(evicted);
+            r = self.ring.lock().expect("feed lock");
+        }
+        r.waiting += 1;
+        r.waiting_for_commits += usize::from(commits);
         let (mut r, _) = self
             .cv
-            .wait_timeout_while(r, timeout, |r| r.last_seq <= seq && !r.nudged)
+            .wait_timeout_while(r, timeout, |r| (!commits || r.last_seq <= seq) && !r.nudged)
             .expect("feed lock");
+        r.waiting -= 1;
+        r.waiting_for_commits -= usize::from(commits);
         r.nudged = false;
         r.last_seq
     }
 
     /// Wakes the waiter for work other than commits (a new subscription request).
     pub fn nudge(&self) {
-        self.ring.lock().expect("feed lock").nudged = true;
-        self.cv.notify_all();
+        let mut r = self.ring.lock().expect("feed lock");
+        r.nudged = true;
+        let wake = r.waiting > 0;
+        drop(r);
+        if wake {
+            self.cv.notify_all();
+        }
     }
 
     /// The commits with seq in `(after, upto]` still in the ring, or `None` when the ring no
