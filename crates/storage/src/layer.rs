@@ -46,17 +46,6 @@ impl Changes {
         Table::ALL.into_iter().zip(self.maps.iter())
     }
 
-    /// Adds `newer`'s changes on top of these (newer wins on the same key).
-    pub(crate) fn absorb(&mut self, newer: Changes) {
-        for (map, newer) in self.maps.iter_mut().zip(newer.maps) {
-            if map.is_empty() {
-                *map = newer;
-            } else {
-                map.extend(newer);
-            }
-        }
-    }
-
     pub(crate) fn is_empty(&self) -> bool {
         self.maps.iter().all(BTreeMap::is_empty)
     }

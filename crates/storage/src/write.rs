@@ -1,11 +1,13 @@
 //! What a write job sees: [`WriteTxn`], one job's buffered writes over the batch so far, and
 //! [`WriteRange`], the merged view its scans return.
 //!
-//! A job reads through four levels, newest first: its own overlay, the batch so far (the
-//! writes of the earlier jobs of its batch that succeeded), the layers of committed batches
-//! not yet checkpointed, and redb. Its puts and deletes go to the overlay only. The writer
-//! folds the overlay into the batch if the job returns `Ok`; on `Err` or panic the overlay is
-//! dropped, so a failed job leaves no trace, and the jobs after it never see its writes.
+//! A job reads through three levels, newest first: the batch so far (the writes of the earlier
+//! jobs of its batch that succeeded, and its own), the layers of committed batches not yet
+//! checkpointed, and redb. Its puts and deletes go straight into the batch, each remembering
+//! what it replaced; on `Err` or panic the writer puts those back in reverse order, so a failed
+//! job leaves no trace, and the jobs after it never see its writes. (A private overlay folded
+//! into the batch on success cost every write a second ordered insert: ~12% of the writer's
+//! time in a burst of small upserts.)
 
 use std::ops::RangeBounds;
 
@@ -15,41 +17,65 @@ use crate::read::Entry;
 use crate::tables::{self, KeyBounds, Table};
 use crate::StorageError;
 
+/// One write of a job, to undo: the key and what the batch held under it before (`None`:
+/// nothing; `Some(None)`: a delete).
+type Undo = (Table, Vec<u8>, Option<Option<Vec<u8>>>);
+
 /// Runs on the writer thread after the batch commits, before any waiter is told.
 pub(crate) type Hook = Box<dyn FnOnce()>;
 
 /// The write side of one job: reads see the batch so far plus this job's own writes; writes
 /// are buffered and applied only if the job succeeds.
 ///
-/// Memory: the overlay holds everything the job writes until it returns, so a job's size is
-/// bounded by what the caller puts in it (the database layer's document and transaction limits).
+/// Memory: the batch holds everything the job writes (and the undo list a copy of each key it
+/// wrote), so a job's size is bounded by what the caller puts in it (the database layer's
+/// document and transaction limits).
 pub struct WriteTxn<'a> {
     snapshot: &'a Snapshot,
-    batch: &'a Changes,
-    overlay: Changes,
+    batch: &'a mut Changes,
+    undo: Vec<Undo>,
     hooks: Vec<Hook>,
 }
 
 impl<'a> WriteTxn<'a> {
-    pub(crate) fn new(snapshot: &'a Snapshot, batch: &'a Changes) -> Self {
+    pub(crate) fn new(snapshot: &'a Snapshot, batch: &'a mut Changes) -> Self {
         WriteTxn {
             snapshot,
             batch,
-            overlay: Changes::default(),
+            undo: Vec::new(),
             hooks: Vec::new(),
         }
     }
 
-    pub(crate) fn into_parts(self) -> (Changes, Vec<Hook>) {
-        (self.overlay, self.hooks)
+    /// Ends the job: keeps its writes and returns its hooks if it succeeded, else restores the
+    /// batch as it was before the job and drops the hooks.
+    pub(crate) fn finish(self, ok: bool) -> Vec<Hook> {
+        if ok {
+            return self.hooks;
+        }
+        for (table, key, previous) in self.undo.into_iter().rev() {
+            let map = self.batch.table_mut(table);
+            match previous {
+                Some(value) => {
+                    map.insert(key, value);
+                }
+                None => {
+                    map.remove(&key);
+                }
+            }
+        }
+        Vec::new()
+    }
+
+    fn write(&mut self, table: Table, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let previous = self.batch.table_mut(table).insert(key.clone(), value);
+        self.undo.push((table, key, previous));
     }
 
     /// The value under `key` as this job would leave it.
     pub fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        for level in [&self.overlay, self.batch] {
-            if let Some(pending) = level.table(table).get(key) {
-                return Ok(pending.clone());
-            }
+        if let Some(pending) = self.batch.table(table).get(key) {
+            return Ok(pending.clone());
         }
         self.snapshot.get(table, key)
     }
@@ -71,7 +97,7 @@ impl<'a> WriteTxn<'a> {
     ) -> Result<(), StorageError> {
         let (key, value) = (key.into(), value.into());
         tables::check_entry(&key, &value)?;
-        self.overlay.table_mut(table).insert(key, Some(value));
+        self.write(table, key, Some(value));
         Ok(())
     }
 
@@ -87,7 +113,7 @@ impl<'a> WriteTxn<'a> {
 
     /// Removes `key` (a no-op if it is absent).
     pub fn delete(&mut self, table: Table, key: impl Into<Vec<u8>>) {
-        self.overlay.table_mut(table).insert(key.into(), None);
+        self.write(table, key.into(), None);
     }
 
     /// The entries in `range` as this job would leave them, lazily, in key order.
@@ -109,7 +135,7 @@ impl<'a> WriteTxn<'a> {
     }
 
     fn merged(&self, table: Table, bounds: KeyBounds<'_>) -> Result<WriteRange<'_>, StorageError> {
-        let newer = [self.batch.table(table), self.overlay.table(table)];
+        let newer = [self.batch.table(table)];
         let inner = self.snapshot.merged(table, bounds, &newer)?;
         Ok(WriteRange { inner })
     }

@@ -539,13 +539,9 @@ impl Writer {
             let Some(job) = jobs.next().or_else(|| self.pull_background(&mut pull)) else {
                 break;
             };
-            let mut view = WriteTxn::new(&snapshot, &changes);
+            let mut view = WriteTxn::new(&snapshot, &mut changes);
             let outcome = job.run(&mut view);
-            let (overlay, job_hooks) = view.into_parts();
-            if outcome.ok {
-                changes.absorb(overlay);
-                batch.hooks.extend(job_hooks);
-            }
+            batch.hooks.extend(view.finish(outcome.ok));
             batch.ran.push(outcome);
             if in_flight.is_some() {
                 if let Ok(reply) = self.log.replies.try_recv() {

@@ -169,6 +169,75 @@ fn a_failed_job_leaves_no_writes_while_its_batch_mates_commit() {
     );
 }
 
+/// A failed job's writes go into the batch and are undone: keys it overwrote or deleted get
+/// back what the earlier jobs of the batch left there (several writes to one key included), and
+/// keys it created disappear, whether it returned `Err` or panicked.
+#[test]
+fn a_failed_job_restores_what_earlier_jobs_of_its_batch_wrote() {
+    let store = memory(1024, 1024);
+    let (stalled, release) = stall(&store);
+    let first = store
+        .submit(|txn| {
+            txn.put(Table::Docs, b"x", b"x1")?;
+            txn.put(Table::Docs, b"y", b"y1")?;
+            txn.put(Table::Meta, b"m", b"m1")
+        })
+        .unwrap();
+    let failing = store
+        .submit(|txn| {
+            txn.put(Table::Docs, b"x", b"x2")?;
+            txn.put(Table::Docs, b"x", b"x3")?;
+            txn.delete(Table::Docs, b"y");
+            txn.put(Table::Docs, b"new", b"n")?;
+            txn.delete(Table::Meta, b"m");
+            txn.put(Table::Meta, b"m", b"m2")?;
+            Err::<(), _>(StorageError::Commit("refused".into()))
+        })
+        .unwrap();
+    let panicking = store
+        .submit(|txn: &mut WriteTxn<'_>| -> Result<(), StorageError> {
+            txn.put(Table::Docs, b"y", b"y9")?;
+            txn.put(Table::Docs, b"other", b"o")?;
+            panic!("job bug");
+        })
+        .unwrap();
+    let seen = store
+        .submit(|txn| {
+            let get = |t, k: &[u8]| txn.get(t, k);
+            Ok::<_, StorageError>([
+                get(Table::Docs, b"x")?,
+                get(Table::Docs, b"y")?,
+                get(Table::Docs, b"new")?,
+                get(Table::Docs, b"other")?,
+                get(Table::Meta, b"m")?,
+            ])
+        })
+        .unwrap();
+    drop(release);
+    stalled.wait().unwrap();
+    first.wait().unwrap();
+    assert!(failing.wait().is_err());
+    assert!(panicking.wait().is_err());
+    let expected = [
+        Some(b"x1".to_vec()),
+        Some(b"y1".to_vec()),
+        None,
+        None,
+        Some(b"m1".to_vec()),
+    ];
+    assert_eq!(seen.wait().unwrap(), expected, "seen within the batch");
+    let read = store.read().unwrap();
+    let committed = [
+        read.get(Table::Docs, b"x").unwrap(),
+        read.get(Table::Docs, b"y").unwrap(),
+        read.get(Table::Docs, b"new").unwrap(),
+        read.get(Table::Docs, b"other").unwrap(),
+        read.get(Table::Meta, b"m").unwrap(),
+    ];
+    assert_eq!(committed, expected, "committed");
+    assert_eq!(store.metrics().last_batch_size, 4, "one batch");
+}
+
 #[test]
 fn a_panicking_job_is_contained() {
     let store = memory(1024, 1024);
