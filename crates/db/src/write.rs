@@ -83,7 +83,8 @@ pub struct WriteResult {
     pub op: Option<ChangeOp>,
     /// The version after the write (for deletes: the version that was deleted; 0 if none).
     pub version: u64,
-    /// The document after the write (`None` after a delete).
+    /// The document after an update (`None` after a put, an insert or a delete, whose caller
+    /// already has what it wrote: copying every written document again cost the writer).
     pub doc: Option<Value>,
 }
 
@@ -464,7 +465,10 @@ pub(crate) fn apply(
             id: id.to_string(),
             op: Some(op),
             version,
-            doc: new_doc.clone(),
+            doc: match w {
+                Write::Update { .. } => new_doc.clone(),
+                _ => None,
+            },
         });
         changes.push(Change {
             collection: collection.clone(),
