@@ -291,7 +291,9 @@ async fn no_connection_receives_data_after_its_token_expires() {
     };
     let mut conns = Vec::new();
     for i in 0..8 {
-        let exp = now_s() + 1 + (i % 3);
+        // At least 1.2 s left (whole seconds, as JWTs have it), so even on a loaded machine
+        // every connection is set up and sees writes before its token runs out.
+        let exp = (now_ms() + 1200 + 999) / 1000 + (i % 3);
         let claims = json!({"sub": format!("u{i}"), "exp": exp});
         let tok = sign(
             Algorithm::HS256,
