@@ -311,7 +311,7 @@ impl Db {
 
     fn enqueue_prepared(
         &self,
-        writes: Arc<Vec<Write>>,
+        mut writes: Arc<Vec<Write>>,
         mutation_id: Option<String>,
         block: bool,
         guard: Option<WriteGuard>,
@@ -332,7 +332,17 @@ impl Db {
                 now_ms,
                 guard: guard.as_deref(),
             };
-            let mut outcome = apply(txn, &writes, &ctx)?;
+            // The writes are ours alone once the submitter has let go of them (it keeps a
+            // handle only to get them back from a full queue); otherwise apply a copy.
+            let mut owned;
+            let writes = match Arc::get_mut(&mut writes) {
+                Some(w) => w,
+                None => {
+                    owned = (*writes).clone();
+                    &mut owned
+                }
+            };
+            let mut outcome = apply(txn, writes, &ctx)?;
             if let Some(id) = &mutation_id {
                 let retention = &inner.settings.mutations;
                 mutations::record(txn, id, outcome.seq, &outcome.results, now_ms, retention)?;

@@ -298,10 +298,11 @@ pub(crate) struct ApplyCtx<'a> {
     pub guard: Option<&'a dyn Guard>,
 }
 
-/// Runs a prepared transaction inside a storage job.
+/// Runs a prepared transaction inside a storage job. The documents of puts and inserts are
+/// moved out of `writes` (copying them cost ~10% of the writer's time in a trigger fan-out).
 pub(crate) fn apply(
     txn: &mut WriteTxn<'_>,
-    writes: &[Write],
+    writes: &mut [Write],
     ctx: &ApplyCtx<'_>,
 ) -> Result<CommitOutcome, DbError> {
     let (catalog, settings, now_ms) = (ctx.catalog, ctx.settings, ctx.now_ms);
@@ -312,7 +313,12 @@ pub(crate) fn apply(
     // record copies their JSON instead of serializing the documents again.
     let mut images = Vec::with_capacity(writes.len());
     let mut catalog_dirty = false;
-    for (index, w) in writes.iter().enumerate() {
+    for (index, w) in writes.iter_mut().enumerate() {
+        let mut supplied = match w {
+            Write::Put { doc, .. } | Write::Insert { doc, .. } => Some(std::mem::take(doc)),
+            Write::Update { .. } | Write::Delete { .. } => None,
+        };
+        let w = &*w;
         let (collection, id, if_version) = match w {
             Write::Put {
                 collection,
@@ -364,15 +370,15 @@ pub(crate) fn apply(
             }
         }
         let new_doc: Option<Value> = match w {
-            Write::Put { doc, .. } => Some(doc.clone()),
-            Write::Insert { doc, .. } => {
+            Write::Put { .. } => supplied.take(),
+            Write::Insert { .. } => {
                 if current.is_some() {
                     return Err(DbError::AlreadyExists {
                         collection: collection.clone(),
                         id: id.to_string(),
                     });
                 }
-                Some(doc.clone())
+                supplied.take()
             }
             Write::Update { update, upsert, .. } => {
                 let doc = match &current {

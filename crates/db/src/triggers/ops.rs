@@ -276,7 +276,7 @@ impl Db {
                     now_ms: crate::db::now_ms(),
                     guard: None,
                 };
-                Some(apply(txn, &writes, &ctx)?)
+                Some(apply(txn, &mut writes, &ctx)?)
             };
             let publish = outcome.as_mut().map(|o| publish_hook(&inner, o));
             let db = Arc::clone(&inner);
