@@ -276,7 +276,7 @@ fn a_commit_wakes_the_feed_reader() {
             let db = db.clone();
             std::thread::spawn(move || {
                 let start = std::time::Instant::now();
-                let last = db.feed().wait_after(seq, true, Duration::from_secs(60));
+                let last = db.feed().wait_after(seq, Duration::from_secs(60));
                 (last, start.elapsed())
             })
         };

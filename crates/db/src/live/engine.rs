@@ -203,7 +203,7 @@ impl Engine {
                 .shared
                 .db
                 .feed()
-                .wait_after(self.seq, true, Duration::from_millis(200));
+                .wait_after(self.seq, Duration::from_millis(200));
             // Commits first, so a new subscription starts from the newest state.
             if last > self.seq {
                 self.catch_up(last);

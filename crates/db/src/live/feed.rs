@@ -33,9 +33,8 @@ struct Ring {
     last_seq: u64,
     /// Set by `nudge` so a waiter wakes for work other than commits.
     nudged: bool,
-    /// Waiters blocked in `wait_after`: a commit wakes them only if there are any (the wake
-    /// is a system call, and the writer calls `publish` once per commit).
-    waiting_for_commits: usize,
+    /// Waiters blocked in `wait_after`: `announce` and `nudge` make the wake-up system call
+    /// only if there are any.
     waiting: usize,
     /// Commits were published since the last `announce`.
     unannounced: bool,
@@ -91,7 +90,7 @@ impl Feed {
     /// once per batch: a wake is a system call, and a batch may hold a thousand commits.
     pub fn announce(&self) {
         let mut r = self.ring.lock().expect("feed lock");
-        let wake = std::mem::take(&mut r.unannounced) && r.waiting_for_commits > 0;
+        let wake = std::mem::take(&mut r.unannounced) && r.waiting > 0;
         drop(r);
         if wake {
             self.cv.notify_all();
@@ -102,9 +101,9 @@ impl Feed {
         self.ring.lock().expect("feed lock").last_seq
     }
 
-    /// Waits until a commit after `seq` exists (only if `commits`), `nudge` is called, or
-    /// `timeout` passes; returns the last seq. The waiter frees the commits that left the ring.
-    pub fn wait_after(&self, seq: u64, commits: bool, timeout: Duration) -> u64 {
+    /// Waits until a commit after `seq` exists, `nudge` is called, or `timeout` passes;
+    /// returns the last seq. The waiter frees the commits that left the ring.
+    pub fn wait_after(&self, seq: u64, timeout: Duration) -> u64 {
         let mut r = self.ring.lock().expect("feed lock");
         let evicted = std::mem::take(&mut r.evicted);
         if !evicted.is_empty() {
@@ -113,13 +112,11 @@ impl Feed {
             r = self.ring.lock().expect("feed lock");
         }
         r.waiting += 1;
-        r.waiting_for_commits += usize::from(commits);
         let (mut r, _) = self
             .cv
-            .wait_timeout_while(r, timeout, |r| (!commits || r.last_seq <= seq) && !r.nudged)
+            .wait_timeout_while(r, timeout, |r| r.last_seq <= seq && !r.nudged)
             .expect("feed lock");
         r.waiting -= 1;
-        r.waiting_for_commits -= usize::from(commits);
         r.nudged = false;
         r.last_seq
     }
