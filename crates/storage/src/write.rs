@@ -1,4 +1,5 @@
-//! What a write job sees: [`WriteTxn`], one job's buffered writes over the batch so far, and
+//! What a write job sees: [`WriteTxn`], one job's writes into the batch so far (undone if it
+//! fails), and
 //! [`WriteRange`], the merged view its scans return.
 //!
 //! A job reads through three levels, newest first: the batch so far (the writes of the earlier
@@ -24,8 +25,8 @@ type Undo = (Table, Vec<u8>, Option<Option<Vec<u8>>>);
 /// Runs on the writer thread after the batch commits, before any waiter is told.
 pub(crate) type Hook = Box<dyn FnOnce()>;
 
-/// The write side of one job: reads see the batch so far plus this job's own writes; writes
-/// are buffered and applied only if the job succeeds.
+/// The write side of one job: reads see the batch so far plus this job's own writes; writes go
+/// into the batch and are undone if the job fails.
 ///
 /// Memory: the batch holds everything the job writes (and the undo list a copy of each key it
 /// wrote), so a job's size is bounded by what the caller puts in it (the database layer's
