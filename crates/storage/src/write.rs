@@ -1,6 +1,5 @@
 //! What a write job sees: [`WriteTxn`], one job's writes into the batch so far (undone if it
-//! fails), and
-//! [`WriteRange`], the merged view its scans return.
+//! fails), and [`WriteRange`], the merged view its scans return.
 //!
 //! A job reads through three levels, newest first: the batch so far (the writes of the earlier
 //! jobs of its batch that succeeded, and its own), the layers of committed batches not yet
