@@ -18,6 +18,20 @@ fn open(dir: &std::path::Path) -> Db {
     .unwrap()
 }
 
+/// A database with the given commit-log retention (count and age).
+fn open_retaining(dir: &std::path::Path, count: u64, age: Duration) -> Db {
+    Db::open(
+        dir,
+        DbOptions {
+            durability: Durability::NoSync,
+            log_retention_count: count,
+            log_retention_age: age,
+            ..DbOptions::default()
+        },
+    )
+    .unwrap()
+}
+
 fn put(c: &str, id: &str, doc: Value) -> Write {
     Write::Put {
         collection: c.into(),
@@ -186,16 +200,7 @@ fn insert_update_upsert_and_errors() {
 #[test]
 fn log_retention_prunes_old_records() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(
-        dir.path(),
-        DbOptions {
-            durability: Durability::NoSync,
-            log_retention_count: 5,
-            log_retention_age: Duration::from_secs(3600),
-            ..DbOptions::default()
-        },
-    )
-    .unwrap();
+    let db = open_retaining(dir.path(), 5, Duration::from_secs(3600));
     for i in 0..20 {
         db.commit(vec![put("c", "a", json!({"i": i}))]).unwrap();
     }
@@ -237,16 +242,7 @@ fn the_log_keeps_exactly_its_window_across_many_commits_and_a_reopen() {
 #[test]
 fn records_that_age_out_are_pruned_after_commits_that_skipped_the_scan() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(
-        dir.path(),
-        DbOptions {
-            durability: Durability::NoSync,
-            log_retention_count: 1_000_000,
-            log_retention_age: Duration::from_millis(300),
-            ..DbOptions::default()
-        },
-    )
-    .unwrap();
+    let db = open_retaining(dir.path(), 1_000_000, Duration::from_millis(300));
     for i in 0..20 {
         db.commit(vec![put("c", "a", json!({"i": i}))]).unwrap();
     }
