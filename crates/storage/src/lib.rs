@@ -83,7 +83,8 @@
 //! per key, in key order, and records the last batch it applied in `storage_state` in the same
 //! transaction. It then swaps the snapshot new readers get (redb after the checkpoint plus the
 //! layers after it) and deletes the log segments the checkpoint covers. It runs when the layers
-//! hold `checkpoint_bytes`, when the oldest is `checkpoint_interval_ms` old, when the writer
+//! hold `checkpoint_bytes`, when the oldest is `checkpoint_interval_ms` old and the writer has
+//! paused for 50 ms (under continuous writes, once it is five intervals old), when the writer
 //! waits for memory, or on [`Store::checkpoint`]. If a checkpoint fails, the store refuses
 //! further writes (like a failed commit); what was committed stays readable and is in the log.
 //!
@@ -197,7 +198,8 @@ pub const NOSYNC_LAG_MS_MAX: u64 = 1000;
 /// Default memory held by committed batches not yet in redb that triggers a checkpoint.
 pub const CHECKPOINT_BYTES: usize = 64 << 20;
 
-/// Default age of the oldest committed batch not yet in redb that triggers a checkpoint.
+/// Default age of the oldest committed batch not yet in redb that triggers a checkpoint once
+/// the writer pauses (under continuous writes, at five times this age).
 pub const CHECKPOINT_INTERVAL_MS: u64 = 200;
 
 /// Default longest time redb goes without a durable checkpoint while a non-durable one is
@@ -245,7 +247,9 @@ pub struct StoreOptions {
     pub background_batch_ms_max: u64,
     /// Checkpoint once committed batches not yet in redb hold this many bytes (estimated).
     pub checkpoint_bytes: usize,
-    /// Checkpoint once the oldest committed batch not yet in redb is this old, in ms.
+    /// Checkpoint once the oldest committed batch not yet in redb is this old, in ms, and the
+    /// writer has paused for 50 ms (or this long, if shorter); without a pause, at five times
+    /// this age.
     pub checkpoint_interval_ms: u64,
     /// Make a checkpoint durable once the oldest non-durable one is this old, in ms (0: every
     /// checkpoint is durable). Bounds how much log a restart after a crash replays.
