@@ -171,6 +171,12 @@ fn number(v: &Value, key: &str) -> Option<u64> {
     v.get(key).and_then(Value::as_u64)
 }
 
+/// The `(id, version)` of a write result or a commit-log change (`""`, 0 where missing).
+fn id_version(v: &Value) -> (String, u64) {
+    let id = v.get("id").and_then(Value::as_str).unwrap_or("");
+    (id.to_string(), number(v, "version").unwrap_or(0))
+}
+
 /// Sends one op; `Err` is any failure to get a complete response (the op may or may not have
 /// been applied).
 async fn send(
@@ -246,18 +252,7 @@ fn acknowledge(model: &mut Model, op: Op, body: &Value) -> Result<Ack, String> {
             if inc {
                 expected.push((counter_id(w), model.counter.version + 1));
             }
-            let got: Vec<(String, u64)> = results
-                .iter()
-                .map(|r| {
-                    (
-                        r.get("id")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_string(),
-                        number(r, "version").unwrap_or(0),
-                    )
-                })
-                .collect();
+            let got: Vec<(String, u64)> = results.iter().map(id_version).collect();
             if got != expected {
                 return Err(format!(
                     "commit gen {gen}: expected (id, version) results {expected:?}, got {body}"
@@ -629,15 +624,7 @@ fn check_open(
             .map(|cs| {
                 cs.iter()
                     .filter(|c| c.get("collection") == Some(&json!(COLLECTION)))
-                    .map(|c| {
-                        (
-                            c.get("id")
-                                .and_then(Value::as_str)
-                                .unwrap_or("")
-                                .to_string(),
-                            number(c, "version").unwrap_or(0),
-                        )
-                    })
+                    .map(id_version)
                     .collect()
             })
             .unwrap_or_default();
