@@ -1,18 +1,23 @@
-//! `herald bench http`: the storage/API benchmark. Starts a server on a temporary directory
-//! (durable, fsync group commit) on loopback and drives it through real HTTP:
+//! `herald bench http`: the storage/API benchmark. Starts `herald serve` (this binary) as a
+//! child process on a temporary directory (durable, fsync group commit) on loopback and drives
+//! it through real HTTP:
 //!
 //! 1. durable inserts of ~1 KB documents from `clients` concurrent connections;
 //! 2. point reads of random existing documents;
 //! 3. an indexed range query returning 100 of `range_docs` documents (loaded through
 //!    `/v1/bulk` first).
 //!
-//! Client and server share the machine's cores, as they would on one small host. Prints a table
-//! and writes JSON (p50/p99/max latency, throughput) to `out`.
+//! Client and server share the machine's cores, as they would on one small host. The clients
+//! are [`crate::loadgen`] keep-alive connections (one request at a time each, as `wrk` does),
+//! so the client's share of the CPU stays small; each phase reports the server's and the
+//! client's CPU per operation (`utime + stime` from /proc) next to throughput and latency.
+//! Prints a table and writes JSON (p50/p99/max latency, throughput, CPU) to `out`.
 
+use crate::bench_fanout::procs::{self, Proc};
+use crate::loadgen::{Conn, Response};
 use hdrhistogram::Histogram;
-use herald_db::DbOptions;
-use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,61 +39,111 @@ struct Phase {
     errors: u64,
     secs: f64,
     hist: Histogram<u64>,
+    /// CPU seconds of the server and of this (client) process during the phase.
+    server_cpu: f64,
+    client_cpu: f64,
 }
 
 impl Phase {
     fn row(&self) -> Value {
         let us = |q: f64| self.hist.value_at_quantile(q) as f64 / 1000.0;
+        let per_op = |cpu: f64| cpu * 1e6 / self.ops.max(1) as f64;
         json!({
             "phase": self.name, "ops": self.ops, "errors": self.errors, "seconds": self.secs,
             "ops_per_sec": self.ops as f64 / self.secs,
             "latency_ms": {"p50": us(0.5), "p99": us(0.99), "max": self.hist.max() as f64 / 1000.0},
+            "cpu_us_per_op": {"server": per_op(self.server_cpu), "client": per_op(self.client_cpu)},
         })
     }
 }
 
-fn filler(rng: &mut impl Rng, n: usize) -> String {
-    (0..n)
-        .map(|_| char::from(b'a' + rng.gen_range(0..26)))
-        .collect()
+/// `n` random lowercase letters.
+fn letters(rng: &mut fastrand::Rng, n: usize, out: &mut String) {
+    out.extend((0..n).map(|_| rng.lowercase()));
 }
 
-/// A document of about 1 KB: nested objects, arrays, text and numbers.
-fn kilobyte_doc(rng: &mut impl Rng, i: u64) -> Value {
-    json!({
-        "n": i,
-        "name": filler(rng, 16),
-        "address": {"street": filler(rng, 24), "city": filler(rng, 10), "geo": {"lat": rng.gen_range(-90.0..90.0), "lon": rng.gen_range(-180.0..180.0)}},
-        "tags": [filler(rng, 6), filler(rng, 6), filler(rng, 6)],
-        "score": rng.gen_range(0..1_000_000),
-        "text": filler(rng, 700),
-    })
+/// A document of about 1 KB as JSON: nested objects, arrays, text and numbers.
+fn kilobyte_doc(rng: &mut fastrand::Rng, i: u64) -> Vec<u8> {
+    let mut s = String::with_capacity(1100);
+    let _ = write!(s, r#"{{"n":{i},"name":""#);
+    letters(rng, 16, &mut s);
+    s.push_str(r#"","address":{"street":""#);
+    letters(rng, 24, &mut s);
+    s.push_str(r#"","city":""#);
+    letters(rng, 10, &mut s);
+    let (lat, lon) = (rng.f64() * 180.0 - 90.0, rng.f64() * 360.0 - 180.0);
+    let _ = write!(s, r#"","geo":{{"lat":{lat},"lon":{lon}}}}},"tags":["#);
+    for t in 0..3 {
+        s.push_str(if t == 0 { "\"" } else { ",\"" });
+        letters(rng, 6, &mut s);
+        s.push('"');
+    }
+    let _ = write!(s, r#"],"score":{},"text":""#, rng.u32(0..1_000_000));
+    letters(rng, 700, &mut s);
+    s.push_str("\"}");
+    s.into_bytes()
 }
 
-/// Runs `clients` loops of `op` for `secs`, timing each call.
-async fn drive<F, Fut>(name: &str, clients: usize, secs: u64, op: F) -> Phase
+/// One request of a benchmark client.
+struct Req {
+    method: &'static str,
+    path: String,
+    body: Option<Vec<u8>>,
+}
+
+/// Runs `clients` connections, each sending `make(client, k)` and checking the response with
+/// `check` until `secs` have passed; times each request from its send to its whole response.
+async fn drive<M, C>(
+    name: &str,
+    addr: SocketAddr,
+    clients: usize,
+    secs: u64,
+    make: M,
+    check: C,
+) -> Phase
 where
-    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = bool> + Send,
+    M: Fn(usize, u64, &mut fastrand::Rng) -> Req + Send + Sync + 'static,
+    C: Fn(&Response) -> bool + Send + Sync + 'static,
 {
-    let op = Arc::new(op);
+    let (make, check) = (Arc::new(make), Arc::new(check));
     let deadline = Instant::now() + Duration::from_secs(secs);
     let start = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let op = Arc::clone(&op);
+        let (make, check) = (Arc::clone(&make), Arc::clone(&check));
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+            let mut rng = fastrand::Rng::with_seed(c as u64 * 1_000_003 + 17);
+            let mut conn = Conn::new(addr);
             let (mut ops, mut errors, mut k) = (0u64, 0u64, 0u64);
             while Instant::now() < deadline {
+                let req = make(c, k, &mut rng);
                 let t = Instant::now();
-                let ok = op(c, k).await;
+                let result = conn
+                    .request(req.method, &req.path, req.body.as_deref())
+                    .await;
                 let _ = hist.record(t.elapsed().as_micros().max(1) as u64);
                 k += 1;
-                if ok {
-                    ops += 1
-                } else {
-                    errors += 1
+                match result {
+                    Ok(r) if check(&r) => ops += 1,
+                    Ok(r) => {
+                        if errors == 0 {
+                            eprintln!(
+                                "{} {}: {} {}",
+                                req.method,
+                                req.path,
+                                r.status,
+                                String::from_utf8_lossy(&r.body)
+                            );
+                        }
+                        errors += 1
+                    }
+                    Err(e) => {
+                        if errors == 0 {
+                            eprintln!("{} {}: {e}", req.method, req.path);
+                        }
+                        errors += 1
+                    }
                 }
             }
             (hist, ops, errors)
@@ -110,100 +165,84 @@ where
         errors,
         secs: start.elapsed().as_secs_f64(),
         hist,
+        server_cpu: 0.0,
+        client_cpu: 0.0,
     }
 }
 
-/// A server on a temporary directory (durable defaults) on a free loopback port, for benchmarks.
-pub struct BenchServer {
-    pub addr: SocketAddr,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), String>>,
-    _dir: tempfile::TempDir,
-}
-
-impl BenchServer {
-    pub async fn start() -> Result<BenchServer, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<SocketAddr>();
-        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let config = crate::ServeConfig {
-            data: dir.path().to_path_buf(),
-            listen: "127.0.0.1:0".parse().expect("addr"),
-            triggers: Default::default(),
-            auth: Default::default(),
-            db: DbOptions::default(),
-        };
-        let task = tokio::spawn(crate::serve(
-            config,
-            async {
-                let _ = stop_rx.await;
-            },
-            move |a| {
-                let _ = addr_tx.send(a);
-            },
-        ));
-        let addr = addr_rx
-            .await
-            .map_err(|_| "server did not start".to_string())?;
-        Ok(BenchServer {
-            addr,
-            stop,
-            task,
-            _dir: dir,
-        })
-    }
-
-    /// Stops the server gracefully and waits for it.
-    pub async fn stop(self) -> Result<(), String> {
-        let _ = self.stop.send(());
-        self.task.await.map_err(|e| e.to_string())?
-    }
+/// Runs a phase and charges it the CPU the server and this process used meanwhile.
+async fn measured(
+    server: &Proc,
+    tick: f64,
+    phase: impl std::future::Future<Output = Phase>,
+) -> Result<Phase, String> {
+    let gone = || "herald serve exited during the benchmark".to_string();
+    let (s0, c0) = (
+        server.cpu_secs(tick).ok_or_else(gone)?,
+        procs::self_cpu_secs(tick),
+    );
+    let mut p = phase.await;
+    p.server_cpu = server.cpu_secs(tick).ok_or_else(gone)? - s0;
+    p.client_cpu = procs::self_cpu_secs(tick) - c0;
+    Ok(p)
 }
 
 pub async fn run(opts: HttpBenchOptions) -> Result<(), String> {
-    let server = BenchServer::start().await?;
-    let addr = server.addr;
-    let base = format!("http://{addr}");
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (mut server, base) =
+        procs::spawn_herald(dir.path(), crate::triggers::WORKERS_DEFAULT, "fsync")?;
+    let addr: SocketAddr = base
+        .trim_start_matches("http://")
+        .parse()
+        .map_err(|e| format!("server address {base}: {e}"))?;
+    let tick = procs::clock_ticks();
     let client = crate::http_client_builder()
-        .pool_max_idle_per_host(opts.clients * 2)
         .build()
         .map_err(|e| e.to_string())?;
     let mut phases = Vec::new();
 
     // 1. Durable inserts of ~1 KB documents.
-    let (c, b) = (client.clone(), base.clone());
     phases.push(
-        drive(
-            "insert 1 KB docs (fsync)",
-            opts.clients,
-            opts.insert_secs,
-            move |cl, k| {
-                let (c, b) = (c.clone(), b.clone());
-                async move {
-                    let mut rng = rand::rngs::StdRng::seed_from_u64(cl as u64 * 1_000_003 + k);
-                    let doc = kilobyte_doc(&mut rng, k);
-                    let url = format!("{b}/v1/docs/bench/c{cl}-{k}");
-                    matches!(c.put(url).json(&doc).send().await, Ok(r) if r.status().is_success())
-                }
-            },
+        measured(
+            &server,
+            tick,
+            drive(
+                "insert 1 KB docs (fsync)",
+                addr,
+                opts.clients,
+                opts.insert_secs,
+                |cl, k, rng| Req {
+                    method: "PUT",
+                    path: format!("/v1/docs/bench/c{cl}-{k}"),
+                    body: Some(kilobyte_doc(rng, k)),
+                },
+                |r| (200..300).contains(&r.status),
+            ),
         )
-        .await,
+        .await?,
     );
     // Every client inserted ids c{cl}-0 .. at least this many (the slowest client's count).
     let inserted_per_client = phases[0].min_client_ops.max(1);
 
     // 2. Point reads of existing documents.
-    let (c, b) = (client.clone(), base.clone());
     phases.push(
-        drive("point read", opts.clients, opts.read_secs, move |cl, k| {
-            let (c, b) = (c.clone(), b.clone());
-            async move {
-                let id = (k * 7919) % inserted_per_client.max(1);
-                let url = format!("{b}/v1/docs/bench/c{cl}-{id}");
-                matches!(c.get(url).send().await, Ok(r) if r.status().is_success())
-            }
-        })
-        .await,
+        measured(
+            &server,
+            tick,
+            drive(
+                "point read",
+                addr,
+                opts.clients,
+                opts.read_secs,
+                move |cl, k, _| Req {
+                    method: "GET",
+                    path: format!("/v1/docs/bench/c{cl}-{}", (k * 7919) % inserted_per_client),
+                    body: None,
+                },
+                |r| r.status == 200,
+            ),
+        )
+        .await?,
     );
 
     // 3. Load `range_docs` small documents through /v1/bulk, then range queries returning 100.
@@ -233,39 +272,61 @@ pub async fn run(opts: HttpBenchOptions) -> Result<(), String> {
     }
     let load_secs = load_start.elapsed().as_secs_f64();
     let total = opts.range_docs as u64;
-    let (c, b) = (client.clone(), base.clone());
     phases.push(
-        drive(&format!("range query, 100 of {total} docs"), 8, opts.range_secs, move |cl, k| {
-            let (c, b) = (c.clone(), b.clone());
-            async move {
-                let lo = (cl as u64 * 104_729 + k * 7_919) % total.saturating_sub(100).max(1);
-                let q = json!({"collection": "range", "filter": {"n": {"$gte": lo, "$lt": lo + 100}}});
-                match c.post(format!("{b}/v1/query")).json(&q).send().await {
-                    Ok(r) if r.status().is_success() => r.json::<Value>().await.map(|v| v["docs"].as_array().map_or(0, Vec::len) == 100).unwrap_or(false),
-                    _ => false,
-                }
-            }
-        })
-        .await,
+        measured(
+            &server,
+            tick,
+            drive(
+                &format!("range query, 100 of {total} docs"),
+                addr,
+                8,
+                opts.range_secs,
+                move |cl, k, _| {
+                    let lo = (cl as u64 * 104_729 + k * 7_919) % total.saturating_sub(100).max(1);
+                    let q = json!({"collection": "range", "filter": {"n": {"$gte": lo, "$lt": lo + 100}}});
+                    Req {
+                        method: "POST",
+                        path: "/v1/query".into(),
+                        body: Some(q.to_string().into_bytes()),
+                    }
+                },
+                |r| {
+                    r.status == 200
+                        && serde_json::from_slice::<Value>(&r.body)
+                            .is_ok_and(|v| v["docs"].as_array().map_or(0, Vec::len) == 100)
+                },
+            ),
+        )
+        .await?,
     );
-
-    server.stop().await?;
+    server.check_alive()?;
+    drop(server);
 
     println!(
-        "{:<38} {:>10} {:>8} {:>12} {:>10} {:>10} {:>10}",
-        "phase", "ops", "errors", "ops/s", "p50 ms", "p99 ms", "max ms"
+        "{:<38} {:>10} {:>8} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12}",
+        "phase",
+        "ops",
+        "errors",
+        "ops/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "server us/op",
+        "client us/op"
     );
     for p in &phases {
         let r = p.row();
         println!(
-            "{:<38} {:>10} {:>8} {:>12.0} {:>10.2} {:>10.2} {:>10.2}",
+            "{:<38} {:>10} {:>8} {:>12.0} {:>10.2} {:>10.2} {:>10.2} {:>12.1} {:>12.1}",
             p.name,
             p.ops,
             p.errors,
             r["ops_per_sec"].as_f64().unwrap_or(0.0),
             r["latency_ms"]["p50"].as_f64().unwrap_or(0.0),
             r["latency_ms"]["p99"].as_f64().unwrap_or(0.0),
-            r["latency_ms"]["max"].as_f64().unwrap_or(0.0)
+            r["latency_ms"]["max"].as_f64().unwrap_or(0.0),
+            r["cpu_us_per_op"]["server"].as_f64().unwrap_or(0.0),
+            r["cpu_us_per_op"]["client"].as_f64().unwrap_or(0.0)
         );
     }
     println!(

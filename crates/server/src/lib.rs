@@ -11,6 +11,7 @@ pub mod bench;
 pub mod bench_fanout;
 pub mod bench_ingest;
 pub mod bench_live;
+pub mod loadgen;
 pub mod notify_latency;
 pub mod state;
 pub mod triggers;

@@ -1,8 +1,8 @@
 //! High-rate ingestion against a real server on a real socket: write requests over the
 //! WebSocket (non-atomic and atomic, per-write errors, malformed requests changing nothing,
 //! replies in order past the in-flight bound, keyed `$inc` upserts, writes and a subscription
-//! on one connection), and short runs of `herald bench rockbench` and `herald bench stream`
-//! whose numbers must be sane.
+//! on one connection), and short runs of `herald bench rockbench`, `herald bench stream` and
+//! `herald bench http` whose numbers must be sane.
 
 mod common;
 
@@ -416,4 +416,46 @@ async fn an_error_reply_waits_behind_earlier_replies() {
         (Some("error"), Some("bad"))
     );
     s.stop().await;
+}
+
+#[test]
+fn http_bench_runs_every_phase_with_sane_numbers() {
+    let v = bench(&[
+        "http",
+        "--clients",
+        "4",
+        "--insert-secs",
+        "1",
+        "--read-secs",
+        "1",
+        "--range-docs",
+        "500",
+        "--range-secs",
+        "1",
+    ]);
+    let phases = v["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 3, "{v}");
+    for p in phases {
+        // Point reads fetch documents the insert phase wrote, and range queries must return
+        // exactly 100 documents, so errors would show a lost write or a wrong plan.
+        assert!(p["ops"].as_u64().unwrap() > 0, "{p}");
+        assert_eq!(p["errors"].as_u64(), Some(0), "{p}");
+        let l = &p["latency_ms"];
+        let q: Vec<f64> = ["p50", "p99", "max"]
+            .iter()
+            .map(|k| l[k].as_f64().unwrap())
+            .collect();
+        assert!(q.iter().all(|v| v.is_finite() && *v > 0.0), "{p}");
+        assert!(q.windows(2).all(|w| w[0] <= w[1]), "{p}");
+        let cpu = &p["cpu_us_per_op"];
+        for who in ["server", "client"] {
+            let c = cpu[who].as_f64().unwrap();
+            assert!(c.is_finite() && c >= 0.0, "{p}");
+        }
+    }
+    assert!(
+        v["phases"][0]["cpu_us_per_op"]["server"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    assert_eq!(v["bulk_load"]["docs"].as_u64(), Some(500));
 }
