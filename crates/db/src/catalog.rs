@@ -1,5 +1,6 @@
 //! The index catalog: per collection, the single-field exemptions, the composite indexes and the
-//! paths known to hold arrays ("multikey"). Persisted as JSON in the `meta` table and changed
+//! paths known to hold arrays ("multikey") or cut strings; for the database, how long a string
+//! an index entry holds whole. Persisted as JSON in the `meta` table and changed
 //! only by write jobs, so every change commits atomically with the writes it affects.
 
 use herald_query::Direction;
@@ -9,6 +10,11 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Catalog {
     pub collections: BTreeMap<String, CollectionCatalog>,
+    /// Strings longer than this (in bytes) are cut in index entries. Fixed when the store is
+    /// created; absent in stores from before strings were cut, whose entries hold every string
+    /// whole (and keep doing so, so one index never mixes the two forms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub string_key_bytes_max: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -22,6 +28,11 @@ pub struct CollectionCatalog {
     /// on such a path is never used to produce sort order (arrays sort by min/max element).
     #[serde(default)]
     pub multikey: BTreeSet<String>,
+    /// Paths where some index entry holds a cut string (see `indexer`). Sticky like
+    /// `multikey`: ties among cut strings are in id order, so such an index never provides
+    /// sort order.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub truncated: BTreeSet<String>,
     /// Field paths whose automatic index is being (re)built after an exemption was lifted; the
     /// planner does not use them until the build finishes.
     #[serde(default)]
@@ -79,5 +90,10 @@ impl CollectionCatalog {
 impl Catalog {
     pub fn collection(&self, name: &str) -> Option<&CollectionCatalog> {
         self.collections.get(name)
+    }
+
+    /// The longest string index entries hold whole (unlimited in old stores).
+    pub fn key_string_limit(&self) -> usize {
+        self.string_key_bytes_max.unwrap_or(usize::MAX)
     }
 }

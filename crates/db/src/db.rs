@@ -5,7 +5,7 @@
 use crate::catalog::{Catalog, CompositeIndex, IndexField, IndexState};
 use crate::error::DbError;
 use crate::exec::{execute, Examined};
-use crate::indexer::{composite_index_name, entries, field_index_name};
+use crate::indexer::{composite_index_name, entries, field_index_name, STRING_KEY_BYTES_MAX};
 use crate::layout::{
     collection_prefix, decode_doc, doc_key, index_prefix, log_key, META_CATALOG, META_SEQ,
 };
@@ -19,6 +19,7 @@ use herald_query::{Direction, Query};
 use herald_storage::{Durability, Store, StoreOptions, Table, Ticket, WriteTxn};
 use herald_value::{DocumentLimits, FieldPath, Value};
 use serde_json::json;
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -40,6 +41,9 @@ pub struct DbOptions {
     /// How many client mutation ids are remembered, and for how long (see `mutations.rs`).
     pub mutations: MutationRetention,
     pub store: StoreOptions,
+    /// Strings longer than this many bytes are cut in index entries of a store created with
+    /// these options (an existing store keeps the limit it was created with).
+    pub string_key_bytes_max: usize,
 }
 
 impl Default for DbOptions {
@@ -51,6 +55,7 @@ impl Default for DbOptions {
             log_retention_age: Duration::from_secs(24 * 3600),
             mutations: MutationRetention::default(),
             store: StoreOptions::default(),
+            string_key_bytes_max: STRING_KEY_BYTES_MAX,
         }
     }
 }
@@ -130,10 +135,22 @@ impl Db {
         let store = Store::open(dir, store_opts)?;
         let read = store.read()?;
         let seq = read.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0);
-        let catalog: Catalog = match read.get(Table::Meta, META_CATALOG)? {
-            Some(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| DbError::Corrupt(format!("catalog: {e}")))?,
-            None => Catalog::default(),
+        // A new store cuts long strings in index entries; a store that already has commits
+        // but no catalog predates the limit and keeps whole strings (its entries hold them).
+        let (catalog, new_store): (Catalog, bool) = match read.get(Table::Meta, META_CATALOG)? {
+            Some(bytes) => (
+                serde_json::from_slice(&bytes)
+                    .map_err(|e| DbError::Corrupt(format!("catalog: {e}")))?,
+                false,
+            ),
+            None if seq == 0 => (
+                Catalog {
+                    string_key_bytes_max: Some(options.string_key_bytes_max),
+                    ..Catalog::default()
+                },
+                true,
+            ),
+            None => (Catalog::default(), false),
         };
         let triggers = crate::triggers::load(&read)?;
         drop(read);
@@ -177,6 +194,9 @@ impl Db {
         // the last reference to the store it runs in.)
         let feed = Arc::clone(&db.inner.feed);
         db.inner.store.on_batch_published(move || feed.announce());
+        if new_store {
+            db.catalog_job(|_| Ok(()))?; // persists the key limit before any entry is written
+        }
         // Builds interrupted by a shutdown or crash resume where the catalog says.
         for (collection, index) in pending {
             db.spawn_build(collection, index);
@@ -384,7 +404,12 @@ impl Db {
         let seq = read.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0);
         let chosen = {
             let cat = self.inner.catalog.read().expect("catalog lock");
-            plan(collection, query, cat.collection(collection))
+            plan(
+                collection,
+                query,
+                cat.collection(collection),
+                cat.key_string_limit(),
+            )
         };
         let (
             docs,
@@ -572,6 +597,10 @@ impl Db {
     fn build(&self, collection: &str, index: &str) -> Result<(), DbError> {
         let prefix = index_prefix(collection, index);
         let mut cursor = collection_prefix(collection);
+        // Paths along which the built entries met arrays or cut strings: recorded with the
+        // index's completion, before the planner may use it (documents written meanwhile
+        // record their own).
+        let (mut multikey, mut truncated) = (BTreeSet::new(), BTreeSet::new());
         loop {
             let inner = Arc::clone(&self.inner);
             let (coll, pfx, start) = (collection.to_string(), prefix.clone(), cursor.clone());
@@ -590,22 +619,30 @@ impl Db {
                     let cat = inner.catalog.read().expect("catalog lock").clone();
                     let mut cc = cat.collection(&coll).cloned().unwrap_or_default();
                     cc.building_fields.clear(); // compute entries as if the build were done
+                    let mut paths = crate::indexer::Entries::default();
                     for (key, v) in &batch {
                         let (_, doc) = decode_doc(v)?;
                         let id = crate::layout::id_of_doc_key(key, &coll)?;
-                        for k in entries(&coll, id, &doc, Some(&cc))?.keys {
+                        let e = entries(&coll, id, &doc, Some(&cc), cat.key_string_limit())?;
+                        for k in e.keys {
                             if k.starts_with(&pfx) {
                                 txn.put(Table::Index, k, id.as_bytes().to_vec())?;
                             }
                         }
+                        paths.array_paths.extend(e.array_paths);
+                        paths.truncated_paths.extend(e.truncated_paths);
                     }
-                    Ok::<_, DbError>(batch.last().map(|(k, _)| {
+                    let next = batch.last().map(|(k, _)| {
                         let mut n = k.clone();
                         n.push(0);
                         n
-                    }))
+                    });
+                    Ok::<_, DbError>((next, paths))
                 })?
                 .wait()?;
+            let (next, paths) = next;
+            multikey.extend(paths.array_paths);
+            truncated.extend(paths.truncated_paths);
             match next {
                 Some(n) => cursor = n,
                 None => break,
@@ -614,6 +651,8 @@ impl Db {
         let (coll, idx) = (collection.to_string(), index.to_string());
         self.catalog_job(move |cat| {
             if let Some(cc) = cat.collections.get_mut(&coll) {
+                cc.multikey.extend(multikey);
+                cc.truncated.extend(truncated);
                 if let Some(name) = idx.strip_prefix("c:") {
                     for c in cc.composites.iter_mut().filter(|c| c.name == name) {
                         c.state = IndexState::Ready;
@@ -669,4 +708,79 @@ fn index_json(ci: &CompositeIndex) -> Value {
         "fields": ci.fields.iter().map(|f| json!({"path": f.path, "order": if f.direction == Direction::Asc { 1 } else { -1 }})).collect::<Vec<_>>(),
         "state": ci.state,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::write::Write;
+
+    /// A store from before strings were cut (commits, but no catalog) keeps whole strings in
+    /// its index entries after an upgrade: its existing entries are found, new ones match them.
+    #[test]
+    fn a_store_from_before_cut_strings_keeps_them_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = "x".repeat(STRING_KEY_BYTES_MAX * 2);
+        let put = |db: &Db, id: &str, s: String| {
+            db.commit(vec![Write::Put {
+                collection: "c".into(),
+                id: id.into(),
+                doc: json!({ "s": s }),
+                if_version: None,
+            }])
+            .unwrap();
+        };
+        let db = Db::open(dir.path(), whole_limit_ignored()).unwrap();
+        put(&db, "old", long.clone());
+        // Make it look like a store written before the catalog recorded the limit.
+        db.inner
+            .store
+            .submit(|txn: &mut WriteTxn<'_>| {
+                txn.delete(Table::Meta, META_CATALOG.to_vec());
+                Ok::<_, DbError>(())
+            })
+            .unwrap()
+            .wait()
+            .unwrap();
+        db.close().unwrap();
+
+        let db = Db::open(dir.path(), DbOptions::default()).unwrap();
+        assert_eq!(
+            db.inner.catalog.read().unwrap().key_string_limit(),
+            usize::MAX
+        );
+        put(&db, "new", format!("{long}y"));
+        let q = |filter: Value| {
+            let out = db
+                .query("c", &Query::parse(&json!({ "filter": filter })).unwrap())
+                .unwrap();
+            assert_eq!(out.explain["plan"]["type"], "index", "{}", out.explain);
+            out.docs
+                .iter()
+                .map(|d| d["_id"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(q(json!({ "s": long })), ["old"]);
+        assert_eq!(q(json!({ "s": {"$gt": long} })), ["new"]);
+        db.close().unwrap();
+
+        // A new store records the default limit and cuts.
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), DbOptions::default()).unwrap();
+        db.close().unwrap();
+        let db = Db::open(dir.path(), whole_limit_ignored()).unwrap();
+        assert_eq!(
+            db.inner.catalog.read().unwrap().key_string_limit(),
+            STRING_KEY_BYTES_MAX
+        );
+        db.close().unwrap();
+    }
+
+    /// Options asking for whole strings (a new store takes them, an existing one ignores them).
+    fn whole_limit_ignored() -> DbOptions {
+        DbOptions {
+            string_key_bytes_max: usize::MAX,
+            ..DbOptions::default()
+        }
+    }
 }

@@ -4,18 +4,29 @@
 //!
 //! Objects, arrays and values inside nested arrays are not indexed; queries on them scan. A write
 //! replaces exactly the entries of the before-image with those of the after-image.
+//!
+//! A string longer than the database's `string_key_bytes_max` ([`STRING_KEY_BYTES_MAX`] for
+//! stores created since it exists) is indexed by its first that many bytes
+//! (`herald_value::encode_key_limited`), so a 700-byte text field costs an index entry of
+//! ~150 bytes, not ~720. Index plans only yield candidates, which the executor checks with the
+//! full filter, so results are unchanged; the paths where a string was cut are recorded
+//! (`truncated`) and never provide sort order.
 
 use crate::catalog::{CollectionCatalog, CompositeIndex};
 use crate::error::DbError;
 use crate::layout::{index_key, index_prefix};
 use herald_query::{walk, Direction, LeafArrays};
-use herald_value::{encode_key, encode_key_desc, FieldPath, Value};
+use herald_value::{encode_key_desc_limited, encode_key_limited, FieldPath, Value};
 use std::collections::BTreeSet;
 
 /// Most index entries one document may have (all indexes together).
 pub const INDEX_ENTRIES_PER_DOC_MAX: usize = 20_000;
 /// Most entries one document may have in one composite index (the cross product of its fields).
 pub const COMPOSITE_ENTRIES_PER_DOC_MAX: usize = 256;
+/// Longest string an index entry holds whole, in UTF-8 bytes, in stores created since strings
+/// are cut (older stores keep whole strings: their catalog has no limit). Long enough that
+/// equality on identifiers, names, e-mail addresses and most URLs stays exact in the index.
+pub const STRING_KEY_BYTES_MAX: usize = 128;
 
 /// The name of the automatic index of a field path.
 pub fn field_index_name(path: &str) -> String {
@@ -26,23 +37,24 @@ pub fn composite_index_name(name: &str) -> String {
     format!("c:{name}")
 }
 
-/// The full index keys of `doc` (with id `id`) in `collection`, and the paths along which it has
-/// arrays (newly multikey paths are recorded by the caller).
+/// The full index keys of `doc` (with id `id`) in `collection`, the paths along which it has
+/// arrays and the paths where a string was cut (new ones are recorded by the caller).
+#[derive(Default)]
 pub struct Entries {
     pub keys: BTreeSet<Vec<u8>>,
     pub array_paths: BTreeSet<String>,
+    pub truncated_paths: BTreeSet<String>,
 }
 
+/// The index entries of `doc`, strings cut at `string_key_bytes_max` bytes.
 pub fn entries(
     collection: &str,
     id: &str,
     doc: &Value,
     cat: Option<&CollectionCatalog>,
+    string_key_bytes_max: usize,
 ) -> Result<Entries, DbError> {
-    let mut out = Entries {
-        keys: BTreeSet::new(),
-        array_paths: BTreeSet::new(),
-    };
+    let mut out = Entries::default();
     let mut path = String::new();
     let mut enc = Vec::with_capacity(32);
     if let Value::Object(m) = doc {
@@ -60,7 +72,9 @@ pub fn entries(
                     out.array_paths.insert(p.to_string());
                 }
                 enc.clear();
-                encode_key(v, &mut enc);
+                if encode_key_limited(v, string_key_bytes_max, &mut enc) {
+                    out.truncated_paths.insert(p.to_string());
+                }
                 out.keys.insert(index_key(
                     &index_prefix(collection, &field_index_name(p)),
                     &enc,
@@ -74,7 +88,7 @@ pub fn entries(
         }
         if let Some(cat) = cat {
             for ci in &cat.composites {
-                composite(collection, id, m, ci, &mut out.keys)?;
+                composite(collection, id, m, ci, string_key_bytes_max, &mut out)?;
             }
         }
     }
@@ -129,7 +143,8 @@ fn composite(
     id: &str,
     doc: &herald_value::Map<String, Value>,
     ci: &CompositeIndex,
-    keys: &mut BTreeSet<Vec<u8>>,
+    string_key_bytes_max: usize,
+    out: &mut Entries,
 ) -> Result<(), DbError> {
     // Per field, the distinct scalars its path reaches.
     let mut per_field: Vec<Vec<Vec<u8>>> = Vec::with_capacity(ci.fields.len());
@@ -140,10 +155,13 @@ fn composite(
             if let Some(v) = v {
                 if !matches!(v, Value::Array(_) | Value::Object(_)) {
                     let mut e = Vec::new();
-                    if field.direction == Direction::Asc {
-                        encode_key(v, &mut e);
+                    let cut = if field.direction == Direction::Asc {
+                        encode_key_limited(v, string_key_bytes_max, &mut e)
                     } else {
-                        encode_key_desc(v, &mut e);
+                        encode_key_desc_limited(v, string_key_bytes_max, &mut e)
+                    };
+                    if cut {
+                        out.truncated_paths.insert(field.path.clone());
                     }
                     vals.insert(e);
                 }
@@ -155,9 +173,9 @@ fn composite(
             // query that constrains only leading fields still finds the document.
             let mut e = Vec::new();
             if field.direction == Direction::Asc {
-                encode_key(&Value::Null, &mut e);
+                encode_key_limited(&Value::Null, 0, &mut e);
             } else {
-                encode_key_desc(&Value::Null, &mut e);
+                encode_key_desc_limited(&Value::Null, 0, &mut e);
             }
             vals.insert(e);
         }
@@ -177,7 +195,7 @@ fn composite(
         for (i, &j) in combo.iter().enumerate() {
             enc.extend_from_slice(&per_field[i][j]);
         }
-        keys.insert(index_key(&prefix, &enc, id));
+        out.keys.insert(index_key(&prefix, &enc, id));
         // Advance the odometer.
         let mut i = combo.len();
         loop {
@@ -202,7 +220,7 @@ mod tests {
     #[test]
     fn indexes_scalars_and_array_elements_under_the_array_path() {
         let doc = json!({"_id": "x", "a": 1, "tags": ["p", "q", ["nested"]], "items": [{"sku": "A"}, {"sku": "B"}], "o": {"n": null}});
-        let e = entries("c", "x", &doc, None).unwrap();
+        let e = entries("c", "x", &doc, None, usize::MAX).unwrap();
         assert_eq!(e.keys.len(), 6); // a, tags:p, tags:q, items.sku:A, items.sku:B, o.n:null
         assert!(e.array_paths.contains("tags"));
         assert!(e.array_paths.contains("items.sku"));
@@ -231,9 +249,27 @@ mod tests {
             json!({"_id": "x", "g": "a", "n": 1}),
             json!({"_id": "x", "n": 1, "t": {"o": 1}}),
         ] {
-            let keys = entries("c", "x", &doc, Some(&cat)).unwrap().keys;
+            let keys = entries("c", "x", &doc, Some(&cat), usize::MAX)
+                .unwrap()
+                .keys;
             assert_eq!(keys.iter().filter(|k| k.starts_with(&prefix)).count(), 1);
         }
+    }
+
+    #[test]
+    fn long_strings_are_cut_and_their_paths_reported() {
+        let long = "x".repeat(STRING_KEY_BYTES_MAX + 1);
+        let doc = json!({"_id": "x", "s": long, "t": "short", "a": [long]});
+        let e = entries("c", "x", &doc, None, STRING_KEY_BYTES_MAX).unwrap();
+        assert_eq!(
+            e.truncated_paths,
+            BTreeSet::from(["a".to_string(), "s".to_string()])
+        );
+        let longest = e.keys.iter().map(Vec::len).max().unwrap();
+        assert!(longest < STRING_KEY_BYTES_MAX + 20, "{longest}");
+        let whole = entries("c", "x", &doc, None, usize::MAX).unwrap();
+        assert!(whole.truncated_paths.is_empty());
+        assert!(whole.keys.iter().map(Vec::len).max().unwrap() > STRING_KEY_BYTES_MAX);
     }
 
     #[test]
@@ -241,6 +277,12 @@ mod tests {
         let mut cat = CollectionCatalog::default();
         cat.exemptions.insert("o".into());
         let doc = json!({"_id": "x", "o": {"n": 1, "m": 2}, "od": 3});
-        assert_eq!(entries("c", "x", &doc, Some(&cat)).unwrap().keys.len(), 1);
+        assert_eq!(
+            entries("c", "x", &doc, Some(&cat), usize::MAX)
+                .unwrap()
+                .keys
+                .len(),
+            1
+        );
     }
 }

@@ -7,12 +7,16 @@
 //! included) and no entry for missing fields, objects or arrays, so a predicate is indexable only
 //! when it cannot match those: equality or ranges on a non-null scalar, `$in` of non-null
 //! scalars.
+//!
+//! Long strings are cut in index entries (`indexer`); bounds are cut the same way, and a range
+//! whose bound was cut includes the bound's whole key group (every string sharing the cut
+//! prefix), so the ranges stay a superset. Paths holding cut strings never provide sort order.
 
 use crate::catalog::{CollectionCatalog, IndexState};
 use crate::indexer::{composite_index_name, field_index_name};
 use crate::layout::{index_prefix, prefix_end};
 use herald_query::{CmpOp, Direction, Expr, FieldExpr, FieldOp, Query, Test};
-use herald_value::{encode_key, Value};
+use herald_value::{encode_key_desc_limited, encode_key_limited, Value};
 
 /// Byte ranges `[start, end)` over one index.
 pub type Ranges = Vec<(Vec<u8>, Vec<u8>)>;
@@ -65,14 +69,19 @@ impl Plan {
     }
 }
 
-/// Plans `query` on `collection`.
-pub fn plan(collection: &str, query: &Query, cat: Option<&CollectionCatalog>) -> Plan {
+/// Plans `query` on `collection`, whose index entries cut strings at `limit` bytes.
+pub fn plan(
+    collection: &str,
+    query: &Query,
+    cat: Option<&CollectionCatalog>,
+    limit: usize,
+) -> Plan {
     let root = query.filter.expr();
-    if let Some(p) = ordered(collection, query, root, cat) {
+    if let Some(p) = ordered(collection, query, root, cat, limit) {
         return p;
     }
-    let mut best = plan_expr(collection, root, cat);
-    if let Some(p) = composite(collection, root, cat) {
+    let mut best = plan_expr(collection, root, cat, limit);
+    if let Some(p) = composite(collection, root, cat, limit) {
         if p.cost() <= best.cost() {
             best = p;
         }
@@ -80,16 +89,19 @@ pub fn plan(collection: &str, query: &Query, cat: Option<&CollectionCatalog>) ->
     best
 }
 
-fn plan_expr(collection: &str, e: &Expr, cat: Option<&CollectionCatalog>) -> Plan {
+fn plan_expr(collection: &str, e: &Expr, cat: Option<&CollectionCatalog>, limit: usize) -> Plan {
     match e {
-        Expr::Field(f) => plan_field(collection, f, cat).unwrap_or(Plan::Scan),
+        Expr::Field(f) => plan_field(collection, f, cat, limit).unwrap_or(Plan::Scan),
         Expr::And(xs) => xs
             .iter()
-            .map(|x| plan_expr(collection, x, cat))
+            .map(|x| plan_expr(collection, x, cat, limit))
             .min_by_key(Plan::cost)
             .unwrap_or(Plan::Scan),
         Expr::Or(xs) => {
-            let plans: Vec<Plan> = xs.iter().map(|x| plan_expr(collection, x, cat)).collect();
+            let plans: Vec<Plan> = xs
+                .iter()
+                .map(|x| plan_expr(collection, x, cat, limit))
+                .collect();
             if plans.iter().any(|p| matches!(p, Plan::Scan)) {
                 Plan::Scan
             } else {
@@ -101,7 +113,12 @@ fn plan_expr(collection: &str, e: &Expr, cat: Option<&CollectionCatalog>) -> Pla
 }
 
 /// A single-field plan for one field expression, if any of its operators is indexable.
-fn plan_field(collection: &str, f: &FieldExpr, cat: Option<&CollectionCatalog>) -> Option<Plan> {
+fn plan_field(
+    collection: &str,
+    f: &FieldExpr,
+    cat: Option<&CollectionCatalog>,
+    limit: usize,
+) -> Option<Plan> {
     let path = f.path.as_str();
     if path == "_id" {
         return id_plan(f);
@@ -110,7 +127,7 @@ fn plan_field(collection: &str, f: &FieldExpr, cat: Option<&CollectionCatalog>) 
         return None;
     }
     let prefix = index_prefix(collection, &field_index_name(path));
-    let ranges = field_ranges(&prefix, &f.ops, is_multikey(path, cat))?;
+    let ranges = field_ranges(&prefix, &f.ops, is_multikey(path, cat), limit)?;
     Some(Plan::Index {
         index: field_index_name(path),
         ranges,
@@ -155,19 +172,30 @@ fn indexable_scalar(v: &Value) -> bool {
 /// operator narrows the search. Operators are conjunctive, so their ranges intersect, unless the
 /// path is multikey: then different array elements may satisfy different operators
 /// (`{"a": {"$gt": 5, "$lt": 8}}` matches `{"a": [1, 10]}`) and one operator's range is used.
-pub fn field_ranges(prefix: &[u8], ops: &[FieldOp], multikey: bool) -> Option<Ranges> {
+/// Strings in the bounds are cut at `limit` bytes, as in the entries.
+pub fn field_ranges(
+    prefix: &[u8],
+    ops: &[FieldOp],
+    multikey: bool,
+    limit: usize,
+) -> Option<Ranges> {
     let mut single: Option<(Vec<u8>, Vec<u8>)> = None;
     let mut multi: Option<Ranges> = None;
     for op in ops {
         let FieldOp::Test(t) = op else { continue };
         let r = match t {
-            Test::Eq(v) if indexable_scalar(v) => eq_range(prefix, v),
-            Test::Cmp(op, v) if indexable_scalar(v) => cmp_range(prefix, *op, v),
+            Test::Eq(v) if indexable_scalar(v) => eq_range(prefix, v, limit).0,
+            Test::Cmp(op, v) if indexable_scalar(v) => cmp_range(prefix, *op, v, limit),
             Test::In(list)
                 if !list.values().is_empty() && list.values().iter().all(indexable_scalar) =>
             {
                 if multi.is_none() {
-                    multi = Some(list.values().iter().map(|v| eq_range(prefix, v)).collect());
+                    multi = Some(
+                        list.values()
+                            .iter()
+                            .map(|v| eq_range(prefix, v, limit).0)
+                            .collect(),
+                    );
                 }
                 continue;
             }
@@ -187,15 +215,17 @@ pub fn field_ranges(prefix: &[u8], ops: &[FieldOp], multikey: bool) -> Option<Ra
     }
 }
 
-fn eq_range(prefix: &[u8], v: &Value) -> (Vec<u8>, Vec<u8>) {
+/// The keys of entries equal to `v` (all strings sharing its cut prefix, if it was cut), and
+/// whether it was cut.
+fn eq_range(prefix: &[u8], v: &Value, limit: usize) -> ((Vec<u8>, Vec<u8>), bool) {
     let mut start = prefix.to_vec();
-    encode_key(v, &mut start);
+    let cut = encode_key_limited(v, limit, &mut start);
     let end = prefix_end(&start);
-    (start, end)
+    ((start, end), cut)
 }
 
-fn cmp_range(prefix: &[u8], op: CmpOp, v: &Value) -> (Vec<u8>, Vec<u8>) {
-    let (with_v, after_v) = eq_range(prefix, v);
+fn cmp_range(prefix: &[u8], op: CmpOp, v: &Value, limit: usize) -> (Vec<u8>, Vec<u8>) {
+    let ((with_v, after_v), cut) = eq_range(prefix, v, limit);
     // Range operators stay within the operand's type bracket: the keys starting with its tag.
     let tag = with_v[prefix.len()];
     let mut bracket_start = prefix.to_vec();
@@ -203,8 +233,11 @@ fn cmp_range(prefix: &[u8], op: CmpOp, v: &Value) -> (Vec<u8>, Vec<u8>) {
     let mut bracket_end = prefix.to_vec();
     bracket_end.push(tag + 1);
     match op {
+        // Strings above (below) a cut bound may share its key: keep the bound's group.
+        CmpOp::Gt if cut => (with_v, bracket_end),
         CmpOp::Gt => (after_v, bracket_end),
         CmpOp::Gte => (with_v, bracket_end),
+        CmpOp::Lt if cut => (bracket_start, after_v),
         CmpOp::Lt => (bracket_start, with_v),
         CmpOp::Lte => (bracket_start, after_v),
     }
@@ -219,13 +252,14 @@ fn conjuncts(e: &Expr) -> Vec<&FieldExpr> {
     }
 }
 
-/// An in-order scan when the query sorts by one indexed, never-array field that the filter
-/// restricts to a single range (which also excludes documents missing the field).
+/// An in-order scan when the query sorts by one indexed field, never an array nor a cut string,
+/// that the filter restricts to a single range (which also excludes documents missing the field).
 fn ordered(
     collection: &str,
     query: &Query,
     root: &Expr,
     cat: Option<&CollectionCatalog>,
+    limit: usize,
 ) -> Option<Plan> {
     let keys = query.sort.keys();
     let (first, rest) = keys.split_first()?;
@@ -233,7 +267,9 @@ fn ordered(
         return None;
     }
     let path = first.path.as_str();
-    if !field_indexed(path, cat) || cat.is_some_and(|c| c.multikey.contains(path)) {
+    if !field_indexed(path, cat)
+        || cat.is_some_and(|c| c.multikey.contains(path) || c.truncated.contains(path))
+    {
         return None;
     }
     let prefix = index_prefix(collection, &field_index_name(path));
@@ -241,7 +277,7 @@ fn ordered(
         if f.path.as_str() != path {
             continue;
         }
-        if let Some(ranges) = field_ranges(&prefix, &f.ops, false) {
+        if let Some(ranges) = field_ranges(&prefix, &f.ops, false, limit) {
             if ranges.len() == 1 {
                 return Some(Plan::Ordered {
                     index: field_index_name(path),
@@ -256,7 +292,12 @@ fn ordered(
 
 /// A composite index whose leading fields have equality predicates (and maybe a range on the
 /// next field), when that narrows more than one field.
-fn composite(collection: &str, root: &Expr, cat: Option<&CollectionCatalog>) -> Option<Plan> {
+fn composite(
+    collection: &str,
+    root: &Expr,
+    cat: Option<&CollectionCatalog>,
+    limit: usize,
+) -> Option<Plan> {
     let cat = cat?;
     let preds = conjuncts(root);
     let mut best: Option<(usize, Plan)> = None;
@@ -277,11 +318,18 @@ fn composite(collection: &str, root: &Expr, cat: Option<&CollectionCatalog>) -> 
                 _ => None,
             });
             match eq {
-                Some(v) if field.direction == Direction::Asc => encode_key(v, &mut prefix),
-                Some(v) => herald_value::encode_key_desc(v, &mut prefix),
+                // A cut value's key is its group's: the entries of every string sharing the
+                // prefix follow it, ordered by the next fields, so later fields still narrow.
+                Some(v) if field.direction == Direction::Asc => {
+                    encode_key_limited(v, limit, &mut prefix);
+                }
+                Some(v) => {
+                    encode_key_desc_limited(v, limit, &mut prefix);
+                }
                 None => {
                     if field.direction == Direction::Asc {
-                        range = field_ranges(&prefix, &f.ops, is_multikey(&field.path, Some(cat)));
+                        let multikey = is_multikey(&field.path, Some(cat));
+                        range = field_ranges(&prefix, &f.ops, multikey, limit);
                         if range.is_some() {
                             used += 1;
                         }

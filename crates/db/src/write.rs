@@ -7,7 +7,7 @@
 //! error and the storage layer discards all of its writes: a transaction applies entirely or not
 //! at all, and a failed transaction consumes no `seq`.
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, CollectionCatalog};
 use crate::error::DbError;
 use crate::indexer::entries;
 use crate::layout::{decode_doc, doc_key, encode_doc, log_key, META_CATALOG, META_SEQ};
@@ -17,6 +17,7 @@ use herald_query::{Filter, Update};
 use herald_storage::{Table, WriteTxn};
 use herald_value::{check_document, DocumentLimits, Map, Value};
 use serde_json::json;
+use std::collections::BTreeSet;
 use std::sync::RwLock;
 
 /// Most writes in one transaction.
@@ -426,16 +427,14 @@ pub(crate) fn apply(
         {
             let cat = catalog.read().expect("catalog lock");
             let cc = cat.collection(collection);
+            let limit = cat.key_string_limit();
             let old = match &before {
-                Some(d) => entries(collection, id, d, cc)?.keys,
+                Some(d) => entries(collection, id, d, cc, limit)?.keys,
                 None => Default::default(),
             };
             let new = match &new_doc {
-                Some(d) => entries(collection, id, d, cc)?,
-                None => crate::indexer::Entries {
-                    keys: Default::default(),
-                    array_paths: Default::default(),
-                },
+                Some(d) => entries(collection, id, d, cc, limit)?,
+                None => Default::default(),
             };
             for k in old.difference(&new.keys) {
                 txn.delete(Table::Index, k.clone());
@@ -443,21 +442,28 @@ pub(crate) fn apply(
             for k in new.keys.difference(&old) {
                 txn.put(Table::Index, k.clone(), id.as_bytes().to_vec())?;
             }
-            let fresh: Vec<String> = new
+            let known = |set: fn(&CollectionCatalog) -> &BTreeSet<String>, p: &String| {
+                cc.is_some_and(|c| set(c).contains(p))
+            };
+            let fresh_multikey: Vec<String> = new
                 .array_paths
                 .into_iter()
-                .filter(|p| !cc.is_some_and(|c| c.multikey.contains(p)))
+                .filter(|p| !known(|c| &c.multikey, p))
+                .collect();
+            let fresh_truncated: Vec<String> = new
+                .truncated_paths
+                .into_iter()
+                .filter(|p| !known(|c| &c.truncated, p))
                 .collect();
             drop(cat);
-            if !fresh.is_empty() {
-                // Marking a path multikey early is harmless (it only disables index ordering),
-                // so the in-memory catalog changes now and the persisted one with this commit.
+            if !fresh_multikey.is_empty() || !fresh_truncated.is_empty() {
+                // Marking a path multikey or truncated early is harmless (it only disables
+                // index ordering), so the in-memory catalog changes now and the persisted one
+                // with this commit.
                 let mut cat = catalog.write().expect("catalog lock");
-                cat.collections
-                    .entry(collection.clone())
-                    .or_default()
-                    .multikey
-                    .extend(fresh);
+                let cc = cat.collections.entry(collection.clone()).or_default();
+                cc.multikey.extend(fresh_multikey);
+                cc.truncated.extend(fresh_truncated);
                 catalog_dirty = true;
             }
         }

@@ -7,15 +7,15 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::time::Duration;
 
+fn options() -> DbOptions {
+    DbOptions {
+        durability: Durability::NoSync,
+        ..DbOptions::default()
+    }
+}
+
 fn open(dir: &std::path::Path) -> Db {
-    Db::open(
-        dir,
-        DbOptions {
-            durability: Durability::NoSync,
-            ..DbOptions::default()
-        },
-    )
-    .unwrap()
+    Db::open(dir, options()).unwrap()
 }
 
 /// A database with the given commit-log retention (count and age).
@@ -522,11 +522,13 @@ fn exemptions_stop_index_use_and_rebuild_when_lifted() {
 
 fn scalar() -> impl Strategy<Value = Value> {
     prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        (-4i64..5).prop_map(Value::from),
-        (-4i64..5).prop_map(|i| json!(i as f64 + 0.5)),
-        prop::sample::select(vec!["a", "b", "ab", ""]).prop_map(Value::from),
+        1 => Just(Value::Null),
+        1 => any::<bool>().prop_map(Value::Bool),
+        1 => (-4i64..5).prop_map(Value::from),
+        1 => (-4i64..5).prop_map(|i| json!(i as f64 + 0.5)),
+        // Strings sharing prefixes, so that cut index keys tie (see the cut limits below).
+        3 => prop::sample::select(vec!["a", "b", "ab", "", "abc", "abd", "b\u{0}c"])
+            .prop_map(Value::from),
     ]
 }
 
@@ -587,11 +589,11 @@ proptest! {
 
     /// Whatever plan the planner picks (ids, single-field or composite index, union, ordered
     /// index scan, collection scan), the result equals the reference evaluation over all
-    /// documents.
+    /// documents, also when index entries cut strings after 0, 1 or 2 bytes.
     #[test]
-    fn every_plan_agrees_with_a_full_scan(docs in prop::collection::vec(doc(), 0..25), queries in prop::collection::vec(query(), 1..12)) {
+    fn every_plan_agrees_with_a_full_scan(docs in prop::collection::vec(doc(), 0..25), queries in prop::collection::vec(query(), 1..12), cut in prop::sample::select(vec![0usize, 1, 2, 128])) {
         let dir = tempfile::tempdir().unwrap();
-        let db = open(dir.path());
+        let db = Db::open(dir.path(), DbOptions { string_key_bytes_max: cut, ..options() }).unwrap();
         db.create_index("c", "ab", vec![("a".into(), Direction::Asc), ("b".into(), Direction::Asc)]).unwrap();
         let mut stored = Vec::new();
         let mut writes = Vec::new();
@@ -617,6 +619,69 @@ proptest! {
             let got = db.query("c", &query).unwrap();
             prop_assert_eq!(&got.docs, &expected, "query {} plan {}", qv, got.explain);
             let _ = Filter::all();
+        }
+    }
+}
+
+fn prefixed_string() -> impl Strategy<Value = Value> {
+    prop::sample::select(vec![
+        "", "a", "ab", "abc", "abd", "abcd", "b", "b\u{0}", "b\u{0}a", "ba", "é", "éa",
+    ])
+    .prop_map(Value::from)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(std::env::var("HERALD_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64)))]
+
+    /// Index entries that cut strings after 0-3 bytes (so many strings tie in the index)
+    /// still give exactly the full scan's results for every operator, `$in`, a composite index
+    /// and sorted, limited queries.
+    #[test]
+    fn cut_string_keys_agree_with_a_full_scan(
+        docs in prop::collection::vec((prefixed_string(), prefixed_string(), any::<bool>()), 0..20),
+        queries in prop::collection::vec(
+            (
+                prop::sample::select(vec!["$eq", "$gt", "$gte", "$lt", "$lte", "$in", "st"]),
+                prefixed_string(),
+                prefixed_string(),
+                prop::sample::select(vec![0, 1, -1]),
+                0usize..4,
+            ),
+            1..12,
+        ),
+        cut in 0usize..4,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), DbOptions { string_key_bytes_max: cut, ..options() }).unwrap();
+        db.create_index("c", "st", vec![("s".into(), Direction::Asc), ("t".into(), Direction::Desc)]).unwrap();
+        let mut stored = Vec::new();
+        let mut writes = Vec::new();
+        for (i, (sv, tv, array)) in docs.into_iter().enumerate() {
+            let id = format!("d{i:02}");
+            let d = if array { json!({"s": [sv, "abc"], "t": tv}) } else { json!({"s": sv, "t": tv}) };
+            let mut full = json!({"_id": id});
+            full.as_object_mut().unwrap().extend(d.as_object().unwrap().clone());
+            stored.push(full);
+            writes.push(put("c", &id, d));
+        }
+        if !writes.is_empty() {
+            db.commit(writes).unwrap();
+        }
+        for _ in 0..500 {
+            if db.list_indexes("c").unwrap()["composite"][0]["state"] == "ready" { break; }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        for (op, v, w, dir, limit) in queries {
+            let filter = match op {
+                "$in" => json!({"s": {"$in": [v, w]}}),
+                "st" => json!({"s": v, "t": {"$gte": w}}),
+                _ => json!({"s": {op: v}}),
+            };
+            let sort = if dir == 0 { Value::Null } else { json!({"s": dir}) };
+            let qv = json!({"filter": filter, "sort": sort, "limit": limit});
+            let query = Query::parse(&qv).unwrap();
+            let got = db.query("c", &query).unwrap();
+            prop_assert_eq!(&got.docs, &query.run(&stored), "query {} plan {}", qv, got.explain);
         }
     }
 }
@@ -723,4 +788,82 @@ fn a_write_guard_sees_each_write_and_its_refusal_applies_nothing() {
         .wait()
         .unwrap();
     assert_eq!(db.get("c", "a").unwrap().unwrap().doc["n"], json!(2));
+}
+
+#[test]
+fn long_strings_are_found_by_every_operator_and_never_sorted_by_their_cut_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path(),
+        DbOptions {
+            string_key_bytes_max: 2,
+            ..options()
+        },
+    )
+    .unwrap();
+    // "abd" and "abc" share the cut key "ab"; the ids are in the opposite order of the values.
+    let values = [
+        ("d1", "abd"),
+        ("d2", "abc"),
+        ("d3", "ab"),
+        ("d4", "b"),
+        ("d5", "aa"),
+    ];
+    db.commit(
+        values
+            .iter()
+            .map(|(id, v)| put("c", id, json!({ "s": v })))
+            .collect(),
+    )
+    .unwrap();
+    let ids = |filter: Value, sort: Value| -> Vec<String> {
+        let q = Query::parse(&json!({"filter": filter, "sort": sort})).unwrap();
+        let out = db.query("c", &q).unwrap();
+        out.docs
+            .iter()
+            .map(|d| d["_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let by_value = json!({"s": 1});
+    assert_eq!(ids(json!({"s": "abc"}), Value::Null), ["d2"]);
+    assert_eq!(
+        ids(json!({"s": {"$gt": "abc"}}), by_value.clone()),
+        ["d1", "d4"]
+    );
+    assert_eq!(
+        ids(json!({"s": {"$gte": "abc"}}), by_value.clone()),
+        ["d2", "d1", "d4"]
+    );
+    assert_eq!(
+        ids(json!({"s": {"$lt": "abd"}}), by_value.clone()),
+        ["d5", "d3", "d2"]
+    );
+    assert_eq!(
+        ids(json!({"s": {"$lte": "abc"}}), by_value.clone()),
+        ["d5", "d3", "d2"]
+    );
+    assert_eq!(
+        ids(json!({"s": {"$in": ["abd", "zz"]}}), Value::Null),
+        ["d1"]
+    );
+    // Sorted with a limit: an index-ordered scan would return d2's tie partner first.
+    let q = Query::parse(&json!({"filter": {"s": {"$gte": "ab"}}, "sort": {"s": 1}, "limit": 2}))
+        .unwrap();
+    let out = db.query("c", &q).unwrap();
+    let got: Vec<&str> = out
+        .docs
+        .iter()
+        .map(|d| d["_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, ["d3", "d2"], "plan {}", out.explain);
+    assert_ne!(
+        out.explain["plan"]["type"], "ordered_index",
+        "{}",
+        out.explain
+    );
+    // The cut is recorded with the store: a reopened database keeps it.
+    db.close().unwrap();
+    let db = Db::open(dir.path(), options()).unwrap();
+    let q = Query::parse(&json!({"filter": {"s": {"$gt": "abc"}}})).unwrap();
+    assert_eq!(db.query("c", &q).unwrap().docs.len(), 2);
 }

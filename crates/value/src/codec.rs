@@ -13,6 +13,12 @@
 //! - object: per field the value's tag, the escaped key, the value's payload; then 0x00.
 //!   (MongoDB orders fields by value type first, then name, then value.)
 //! - array: per element its tag and payload; then 0x00.
+//!
+//! Index keys may cut long strings ([`encode_key_limited`]): a string of more than `max` bytes
+//! is encoded as its first `max` bytes (escaped) terminated by 0x00 0x02 instead of 0x00 0x01.
+//! The map stays monotone (`a < b` implies `key(a) <= key(b)`), so an index of such keys yields
+//! a superset of the matches of any range, in an order that is exact except among strings
+//! sharing their first `max` bytes, which tie.
 
 use crate::number::Num;
 use serde_json::Value;
@@ -41,6 +47,35 @@ pub fn encode_key_desc(v: &Value, out: &mut Vec<u8>) {
     for b in &mut out[start..] {
         *b = !*b;
     }
+}
+
+/// Like [`encode_key`], but a string longer than `string_bytes_max` bytes is cut to that many
+/// bytes and terminated by 0x00 0x02 (so it sorts after the cut prefix as a whole string, and
+/// with every other string sharing the prefix). Returns whether the value was cut. Only a
+/// top-level string is cut (index entries hold scalars).
+pub fn encode_key_limited(v: &Value, string_bytes_max: usize, out: &mut Vec<u8>) -> bool {
+    match v {
+        Value::String(s) if s.len() > string_bytes_max => {
+            out.push(TAG_STRING);
+            escaped(&s.as_bytes()[..string_bytes_max], out);
+            out.extend_from_slice(&[0x00, 0x02]);
+            true
+        }
+        _ => {
+            encode_key(v, out);
+            false
+        }
+    }
+}
+
+/// [`encode_key_limited`] with every byte inverted, for descending index fields.
+pub fn encode_key_desc_limited(v: &Value, string_bytes_max: usize, out: &mut Vec<u8>) -> bool {
+    let start = out.len();
+    let cut = encode_key_limited(v, string_bytes_max, out);
+    for b in &mut out[start..] {
+        *b = !*b;
+    }
+    cut
 }
 
 /// The ascending key encoding of `v` as a new vector.
@@ -86,13 +121,17 @@ fn payload(v: &Value, out: &mut Vec<u8>) {
 }
 
 fn string(s: &str, out: &mut Vec<u8>) {
-    for &b in s.as_bytes() {
+    escaped(s.as_bytes(), out);
+    out.extend_from_slice(&[0x00, 0x01]);
+}
+
+fn escaped(bytes: &[u8], out: &mut Vec<u8>) {
+    for &b in bytes {
         out.push(b);
         if b == 0 {
             out.push(0xFF);
         }
     }
-    out.extend_from_slice(&[0x00, 0x01]);
 }
 
 fn number(n: Num, out: &mut Vec<u8>) {
@@ -132,6 +171,7 @@ mod tests {
     use crate::order::compare;
     use proptest::prelude::*;
     use serde_json::{json, Map, Number};
+    use std::cmp::Ordering;
 
     fn arb_number() -> impl Strategy<Value = Value> {
         prop_oneof![
@@ -197,6 +237,61 @@ mod tests {
             let expected = compare(&a, &c).then(compare(&b, &d));
             prop_assert_eq!(k1.cmp(&k2), expected);
         }
+    }
+
+    /// Strings over bytes that matter to the escape and the cut: NUL, two letters, and a
+    /// multi-byte character (cut in the middle by small limits).
+    fn arb_string() -> impl Strategy<Value = Value> {
+        "[ab\\x00é]{0,7}".prop_map(Value::String)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+        /// Cut keys are monotone: a < b implies key(a) <= key(b), with equality only when both
+        /// were cut and share the prefix. Mixed with other types and with composite suffixes.
+        #[test]
+        fn limited_encoding_is_monotone(
+            a in prop_oneof![arb_string(), arb_value()],
+            b in prop_oneof![arb_string(), arb_value()],
+            max in 0usize..6,
+            tail_a in arb_value(),
+            tail_b in arb_value(),
+        ) {
+            let (mut ka, mut kb) = (Vec::new(), Vec::new());
+            let cut_a = encode_key_limited(&a, max, &mut ka);
+            let cut_b = encode_key_limited(&b, max, &mut kb);
+            let same_cut = cut_a && cut_b && a.as_str().map(|s| &s.as_bytes()[..max]) == b.as_str().map(|s| &s.as_bytes()[..max]);
+            match compare(&a, &b) {
+                Ordering::Less => prop_assert!(ka < kb || (same_cut && ka == kb), "a={} b={}", a, b),
+                Ordering::Greater => prop_assert!(ka > kb || (same_cut && ka == kb), "a={} b={}", a, b),
+                Ordering::Equal => prop_assert_eq!(&ka, &kb),
+            }
+            prop_assert_eq!(same_cut, cut_a && cut_b && ka == kb);
+            // Self-delimiting: a suffix never changes the order of different keys.
+            if ka != kb {
+                let (mut xa, mut xb) = (ka.clone(), kb.clone());
+                encode_key(&tail_a, &mut xa);
+                encode_key(&tail_b, &mut xb);
+                prop_assert_eq!(xa.cmp(&xb), ka.cmp(&kb));
+            }
+            let (mut da, mut db) = (Vec::new(), Vec::new());
+            encode_key_desc_limited(&a, max, &mut da);
+            encode_key_desc_limited(&b, max, &mut db);
+            prop_assert_eq!(da.cmp(&db), ka.cmp(&kb).reverse());
+        }
+    }
+
+    #[test]
+    fn limited_encoding_cuts_only_long_strings() {
+        let mut k = Vec::new();
+        assert!(!encode_key_limited(&json!("abc"), 3, &mut k));
+        assert_eq!(k, key_of(&json!("abc")));
+        k.clear();
+        assert!(encode_key_limited(&json!("abcd"), 3, &mut k));
+        assert_eq!(k, [TAG_STRING, b'a', b'b', b'c', 0x00, 0x02]);
+        assert!(key_of(&json!("abc")) < k && k < key_of(&json!("abd")));
+        k.clear();
+        assert!(!encode_key_limited(&json!(12345), 1, &mut k));
     }
 
     #[test]

@@ -20,7 +20,7 @@ mod number;
 mod order;
 mod path;
 
-pub use codec::{encode_key, encode_key_desc, key_of};
+pub use codec::{encode_key, encode_key_desc, encode_key_desc_limited, encode_key_limited, key_of};
 pub use limits::{check_document, DocumentError, DocumentLimits, DOC_BYTES_MAX, DOC_DEPTH_MAX};
 pub use number::{compare_numbers, Num};
 pub use order::{bracket, compare, values_equal, Bracket};
