@@ -867,3 +867,40 @@ fn long_strings_are_found_by_every_operator_and_never_sorted_by_their_cut_key() 
     let q = Query::parse(&json!({"filter": {"s": {"$gt": "abc"}}})).unwrap();
     assert_eq!(db.query("c", &q).unwrap().docs.len(), 2);
 }
+
+/// Documents written while a path was exempt get its entries when the exemption is lifted, and
+/// the arrays among them make the path multikey, so a sort never reads that index in order
+/// (arrays sort by their smallest element, not once per element).
+#[test]
+fn lifting_an_exemption_records_the_arrays_the_build_meets() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    db.set_exemptions("c", vec!["n".into()]).unwrap();
+    let docs = [
+        json!({"_id": "a", "n": [5, 1]}),
+        json!({"_id": "b", "n": 3}),
+        json!({"_id": "c", "n": [4, 9]}),
+    ];
+    db.commit(
+        docs.iter()
+            .map(|d| put("c", d["_id"].as_str().unwrap(), d.clone()))
+            .collect(),
+    )
+    .unwrap();
+    db.set_exemptions("c", vec![]).unwrap();
+    for _ in 0..500 {
+        if db.list_indexes("c").unwrap()["building"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // In index order from 2, "a" would come last (its entry 5); sorted by its smallest
+    // element, 1, it comes first.
+    let q =
+        Query::parse(&json!({"filter": {"n": {"$gte": 2}}, "sort": {"n": 1}, "limit": 3})).unwrap();
+    let out = db.query("c", &q).unwrap();
+    assert_eq!(out.docs, q.run(&docs), "plan {}", out.explain);
+}
