@@ -15,7 +15,7 @@ use crate::names::{check_collection, check_segment, generate_id};
 use crate::triggers::{enqueue, Registry};
 use herald_query::{Filter, Update};
 use herald_storage::{Table, WriteTxn};
-use herald_value::{check_document, DocumentLimits, Map, Value};
+use herald_value::{check_document, DocumentLimits, Value};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::sync::RwLock;
@@ -277,11 +277,8 @@ fn set_id(doc: &mut Value, id: &str) -> Result<(), DbError> {
         None => {}
     }
     if m.keys().next().map(String::as_str) != Some("_id") {
-        m.shift_remove("_id");
-        let mut out = Map::with_capacity(m.len() + 1);
-        out.insert("_id".into(), Value::String(id.to_string()));
-        out.extend(std::mem::take(m));
-        *m = out;
+        // Moves an existing `_id` (equal to `id`, checked above) or inserts one, first.
+        m.shift_insert(0, "_id".into(), Value::String(id.to_string()));
     }
     Ok(())
 }
@@ -782,5 +779,34 @@ mod log_record_tests {
                 encode_log_record(seq, ts, &changes)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod set_id_tests {
+    use super::*;
+
+    #[test]
+    fn the_id_comes_first_and_the_other_fields_keep_their_order() {
+        for (mut doc, id) in [
+            (json!({"a": 1, "_id": "x", "b": 2}), "x"),
+            (json!({"a": 1, "b": 2}), "x"),
+            (json!({"_id": "x", "a": 1, "b": 2}), "x"),
+        ] {
+            set_id(&mut doc, id).unwrap();
+            let keys: Vec<&str> = doc
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
+            assert_eq!(keys, ["_id", "a", "b"]);
+            assert_eq!(doc["_id"], "x");
+        }
+        let mut doc = json!({"a": 1, "_id": "y"});
+        assert!(matches!(
+            set_id(&mut doc, "x"),
+            Err(DbError::IdMismatch { .. })
+        ));
     }
 }
