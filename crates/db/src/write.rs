@@ -429,15 +429,18 @@ pub(crate) fn apply(
                 Some(d) => entries(collection, id, d, cc, limit)?.keys,
                 None => Default::default(),
             };
-            let new = match &new_doc {
+            let mut new = match &new_doc {
                 Some(d) => entries(collection, id, d, cc, limit)?,
                 None => Default::default(),
             };
             for k in old.difference(&new.keys) {
                 txn.delete(Table::Index, k.clone());
             }
-            for k in new.keys.difference(&old) {
-                txn.put(Table::Index, k.clone(), id.as_bytes().to_vec())?;
+            // The new keys move into the batch (no copy); keys both images have stay put.
+            for k in std::mem::take(&mut new.keys) {
+                if !old.contains(&k) {
+                    txn.put(Table::Index, k, id.as_bytes().to_vec())?;
+                }
             }
             let known = |set: fn(&CollectionCatalog) -> &BTreeSet<String>, p: &String| {
                 cc.is_some_and(|c| set(c).contains(p))
