@@ -210,6 +210,30 @@ test("document listens see exists, pending and confirmed states", async () => {
   assert.deepEqual(seen, ["false:undefined:false", "true:1:true", "true:1:false"]);
 });
 
+test("closing a client whose socket is still connecting throws nothing", async () => {
+  // A server that accepts connections and never answers the WebSocket handshake.
+  const { createServer } = await import("node:net");
+  const sockets: import("node:net").Socket[] = [];
+  const silent = createServer((s) => sockets.push(s));
+  await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+  const port = (silent.address() as import("node:net").AddressInfo).port;
+  const uncaught: unknown[] = [];
+  const onUncaught = (e: unknown) => uncaught.push(e);
+  process.on("uncaughtException", onUncaught);
+  try {
+    const h = client(`ws://127.0.0.1:${port}`);
+    await sleep(100);
+    assert.equal(h.connectionState, "connecting");
+    await h.close();
+    await sleep(100);
+    assert.deepEqual(uncaught, []);
+  } finally {
+    process.off("uncaughtException", onUncaught);
+    for (const s of sockets) s.destroy();
+    await new Promise((r) => silent.close(r));
+  }
+});
+
 test("the offline queue survives the process (a file) and is sent in order", async () => {
   const file = join(mkdtempSync(join(tmpdir(), "herald-sdk-queue-")), "state.json");
   const { c } = await setup();

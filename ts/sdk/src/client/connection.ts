@@ -174,7 +174,11 @@ export class Connection {
     const ws = this.ws;
     this.ws = undefined;
     if (ws !== undefined) {
-      ws.onopen = ws.onmessage = ws.onclose = ws.onerror = null;
+      ws.onopen = ws.onmessage = ws.onclose = null;
+      // A socket closed while still connecting reports that as an error afterwards, and
+      // Node's `ws` throws an error nobody listens for: swallow it, the socket is not ours
+      // any more.
+      ws.onerror = () => {};
     }
     return ws;
   }
