@@ -584,6 +584,32 @@ fn query() -> impl Strategy<Value = Value> {
     )
 }
 
+/// Puts `docs` in collection `c` as `d00`, `d01`, ... in one commit, waits until the
+/// collection's first composite index is ready (so the planner may choose it), and returns the
+/// documents as stored (with `_id`).
+fn load_and_wait(db: &Db, docs: impl IntoIterator<Item = Value>) -> Vec<Value> {
+    let mut stored = Vec::new();
+    let mut writes = Vec::new();
+    for (i, d) in docs.into_iter().enumerate() {
+        let id = format!("d{i:02}");
+        let mut full = serde_json::Map::new();
+        full.insert("_id".into(), json!(id));
+        full.extend(d.as_object().unwrap().clone());
+        stored.push(Value::Object(full));
+        writes.push(put("c", &id, d));
+    }
+    if !writes.is_empty() {
+        db.commit(writes).unwrap();
+    }
+    for _ in 0..500 {
+        if db.list_indexes("c").unwrap()["composite"][0]["state"] == "ready" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    stored
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(std::env::var("HERALD_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64)))]
 
@@ -595,24 +621,7 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path(), DbOptions { string_key_bytes_max: cut, ..options() }).unwrap();
         db.create_index("c", "ab", vec![("a".into(), Direction::Asc), ("b".into(), Direction::Asc)]).unwrap();
-        let mut stored = Vec::new();
-        let mut writes = Vec::new();
-        for (i, d) in docs.into_iter().enumerate() {
-            let id = format!("d{i:02}");
-            let mut full = serde_json::Map::new();
-            full.insert("_id".into(), json!(id));
-            full.extend(d.as_object().unwrap().clone());
-            stored.push(Value::Object(full));
-            writes.push(put("c", &id, d));
-        }
-        if !writes.is_empty() {
-            db.commit(writes).unwrap();
-        }
-        // Wait for the composite index so it can be chosen.
-        for _ in 0..500 {
-            if db.list_indexes("c").unwrap()["composite"][0]["state"] == "ready" { break; }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        let stored = load_and_wait(&db, docs);
         for qv in queries {
             let query = Query::parse(&qv).unwrap();
             let expected = query.run(&stored);
@@ -654,23 +663,9 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path(), DbOptions { string_key_bytes_max: cut, ..options() }).unwrap();
         db.create_index("c", "st", vec![("s".into(), Direction::Asc), ("t".into(), Direction::Desc)]).unwrap();
-        let mut stored = Vec::new();
-        let mut writes = Vec::new();
-        for (i, (sv, tv, array)) in docs.into_iter().enumerate() {
-            let id = format!("d{i:02}");
-            let d = if array { json!({"s": [sv, "abc"], "t": tv}) } else { json!({"s": sv, "t": tv}) };
-            let mut full = json!({"_id": id});
-            full.as_object_mut().unwrap().extend(d.as_object().unwrap().clone());
-            stored.push(full);
-            writes.push(put("c", &id, d));
-        }
-        if !writes.is_empty() {
-            db.commit(writes).unwrap();
-        }
-        for _ in 0..500 {
-            if db.list_indexes("c").unwrap()["composite"][0]["state"] == "ready" { break; }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        let stored = load_and_wait(&db, docs.into_iter().map(|(sv, tv, array)| {
+            if array { json!({"s": [sv, "abc"], "t": tv}) } else { json!({"s": sv, "t": tv}) }
+        }));
         for (op, v, w, dir, limit) in queries {
             let filter = match op {
                 "$in" => json!({"s": {"$in": [v, w]}}),
