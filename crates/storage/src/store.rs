@@ -56,6 +56,7 @@ impl Store {
         create_tables(&db)?;
         let last_batch = wal::recover(&db, dir)?;
         let segments = Segments::new(dir);
+        crate::wal::remove_stale_spare(dir)?;
         let writer = WalWriter::new(dir, segments.clone(), options.wal_segment_bytes, last_batch);
         Store::start(db, options, Wal::File(writer), Some(segments), last_batch)
     }

@@ -9,6 +9,16 @@
 //! `wal_segment_bytes`; before it does, it syncs the old one, and after creating the new file it
 //! syncs the directory. A closed segment is deleted once a checkpoint covers its last batch.
 //!
+//! Once the log is in use (its active segment holds [`SPARE_AFTER_BYTES`]), a helper thread
+//! prepares the next segment ahead of time: `wal-spare.tmp`, `wal_segment_bytes` of zeros,
+//! synced with its size. The next segment is that file renamed, so appends overwrite zeros in
+//! place: an `fdatasync` then flushes data only, where a file growing with every record also
+//! needs a journal commit of its new size (which on ext4 waits for other files' data in the
+//! same journal transaction, here redb's checkpoint writes). The first growing segment is
+//! closed early as soon as a spare is ready. Zeros after the last record read as no record, as
+//! a torn tail does. A leftover spare (a crash while preparing it) is deleted on open; `close`
+//! deletes it too.
+//!
 //! # Records
 //!
 //! One record per committed batch that wrote something, little-endian:
@@ -52,6 +62,11 @@ const PUT: u8 = 0;
 const DELETE: u8 = 1;
 /// A reused encode buffer larger than this is given back after the batch.
 const BUFFER_KEEP_BYTES: usize = 16 << 20;
+/// The preallocated next segment (see the module docs); not a segment name.
+const SPARE_NAME: &str = "wal-spare.tmp";
+/// A spare is prepared once the active segment holds this much: stores that log little (tests,
+/// idle servers) never write one.
+pub(crate) const SPARE_AFTER_BYTES: u64 = 1 << 20;
 
 /// Appends `batch`'s record for `changes` to `out`.
 pub(crate) fn encode(out: &mut Vec<u8>, batch: u64, synced: u64, changes: &Changes) {
@@ -376,6 +391,8 @@ pub(crate) struct WalWriter {
     /// The last batch appended, and the last known durable.
     written: u64,
     synced: u64,
+    /// The next segment, being zero-filled on a helper thread.
+    spare: Option<JoinHandle<io::Result<PathBuf>>>,
 }
 
 struct Active {
@@ -383,6 +400,8 @@ struct Active {
     path: PathBuf,
     len: u64,
     last_batch: u64,
+    /// A renamed spare (zeros to overwrite), not a file that grows with each record.
+    preallocated: bool,
 }
 
 impl WalWriter {
@@ -402,15 +421,28 @@ impl WalWriter {
             buf: Vec::new(),
             written: last_batch,
             synced: last_batch,
+            spare: None,
+        }
+    }
+
+    /// Starts preparing the next segment if none is, once the log is in use; switches from a
+    /// growing segment to a ready spare at the next batch.
+    fn tend_spare(&mut self) {
+        let Some(active) = &self.active else { return };
+        if self.spare.is_none() && active.len >= SPARE_AFTER_BYTES.min(self.segment_bytes) {
+            let (dir, bytes) = (self.dir.clone(), self.segment_bytes);
+            self.spare = std::thread::Builder::new()
+                .name("herald-wal-spare".into())
+                .spawn(move || prepare_spare(&dir, bytes))
+                .ok();
         }
     }
 
     fn append(&mut self, batch: u64, changes: &Changes, sync: bool) -> io::Result<()> {
-        if self
-            .active
-            .as_ref()
-            .is_none_or(|a| a.len >= self.segment_bytes)
-        {
+        let spare_ready = self.spare.as_ref().is_some_and(JoinHandle::is_finished);
+        if self.active.as_ref().is_none_or(|a| {
+            a.len >= self.segment_bytes || (!a.preallocated && spare_ready && a.len > 0)
+        }) {
             self.rotate(batch)?;
         }
         self.buf.clear();
@@ -438,6 +470,7 @@ impl WalWriter {
         if self.buf.capacity() > BUFFER_KEEP_BYTES {
             self.buf = Vec::new();
         }
+        self.tend_spare();
         Ok(())
     }
 
@@ -459,10 +492,20 @@ impl WalWriter {
             self.segments.close(old.path, old.last_batch);
         }
         let path = segment_path(&self.dir, first_batch);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
+        // A prepared spare if there is one (waiting for it if it is still being written),
+        // else a new, empty file. A spare that failed only costs the preallocation.
+        let spare = match self.spare.take().map(JoinHandle::join) {
+            Some(Ok(Ok(spare))) => fs::rename(&spare, &path).is_ok(),
+            _ => false,
+        };
+        let file = if spare {
+            OpenOptions::new().write(true).open(&path)?
+        } else {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)?
+        };
         // The new file's name must be durable before any record in it is acknowledged.
         sync_dir(&self.dir)?;
         self.active = Some(Active {
@@ -470,6 +513,7 @@ impl WalWriter {
             path,
             len: 0,
             last_batch: first_batch.saturating_sub(1),
+            preallocated: spare,
         });
         Ok(())
     }
@@ -479,7 +523,40 @@ impl WalWriter {
         if let Some(old) = self.active.take() {
             self.segments.close(old.path, old.last_batch);
         }
+        if let Some(spare) = self.spare.take() {
+            let _ = spare.join(); // ready or failed, the file goes
+            remove_stale_spare(&self.dir)?;
+        }
         Ok(())
+    }
+}
+
+/// Writes the spare segment: `bytes` of zeros, synced with its size, so that writing into it
+/// later changes no file metadata. Returns its path.
+fn prepare_spare(dir: &Path, bytes: u64) -> io::Result<PathBuf> {
+    const CHUNK: usize = 1 << 20;
+    let path = dir.join(SPARE_NAME);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)?;
+    let zeros = vec![0u8; CHUNK];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(CHUNK as u64) as usize;
+        file.write_all(&zeros[..n])?;
+        left -= n as u64;
+    }
+    file.sync_all()?;
+    Ok(path)
+}
+
+/// Deletes a spare segment (it holds no records): one a crash left behind, or at close.
+pub(crate) fn remove_stale_spare(dir: &Path) -> io::Result<()> {
+    match fs::remove_file(dir.join(SPARE_NAME)) {
+        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
+        _ => Ok(()),
     }
 }
 
@@ -727,5 +804,72 @@ mod tests {
             docs(dir.path()).unwrap(),
             [entry(b"a", b"1"), entry(b"c", b"3"), entry(b"d", b"5")]
         );
+    }
+
+    #[test]
+    fn a_busy_log_moves_into_a_zero_filled_spare_and_replays_through_its_zeros() {
+        let dir = tempfile::tempdir().unwrap();
+        closed_store(dir.path());
+        let segment_bytes = 2 * SPARE_AFTER_BYTES;
+        let mut w = WalWriter::new(dir.path(), Segments::new(dir.path()), segment_bytes, 1);
+        let value = vec![7u8; 64 << 10];
+        let mut batch = 1u64;
+        let mut append = |w: &mut WalWriter| {
+            batch += 1;
+            w.append(batch, &changes(&batch.to_be_bytes(), Some(&value)), true)
+                .unwrap();
+            batch
+        };
+        // Past SPARE_AFTER_BYTES a spare is prepared; once it is ready the growing segment
+        // gives way to it.
+        let mut appended = 0;
+        while !w.active.as_ref().is_some_and(|a| a.preallocated) {
+            appended = append(&mut w);
+            assert!(appended < 10_000, "the log never moved into a spare");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let active = w.active.as_ref().unwrap();
+        assert_eq!(fs::metadata(&active.path).unwrap().len(), segment_bytes);
+        // Fill it past its end, into the next spare.
+        let first_spare = active.path.clone();
+        while w.active.as_ref().unwrap().path == first_spare {
+            appended = append(&mut w);
+        }
+        assert!(w.active.as_ref().unwrap().len > 0);
+        // A crash: no finish. The current segment ends in zeros, and a spare may be on disk.
+        if let Some(spare) = w.spare.take() {
+            spare.join().unwrap().unwrap();
+            assert!(dir.path().join(SPARE_NAME).exists());
+        }
+        drop(w);
+        let all = docs(dir.path()).unwrap();
+        assert_eq!(all.len() as u64, appended, "a plus batches 2..={appended}");
+        assert!(all.iter().any(|(k, _)| k[..] == appended.to_be_bytes()));
+        // Recovery and close leave neither segments nor a spare behind.
+        assert!(list_segments(dir.path()).unwrap().is_empty());
+        assert!(!dir.path().join(SPARE_NAME).exists());
+    }
+
+    #[test]
+    fn close_deletes_the_spare() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(
+            dir.path(),
+            StoreOptions {
+                wal_segment_bytes: 2 * SPARE_AFTER_BYTES,
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap();
+        for i in 0..40u32 {
+            store
+                .submit(move |txn| txn.put(Table::Docs, i.to_be_bytes(), vec![1u8; 64 << 10]))
+                .unwrap()
+                .wait()
+                .unwrap();
+        }
+        store.close().unwrap();
+        assert!(list_segments(dir.path()).unwrap().is_empty());
+        assert!(!dir.path().join(SPARE_NAME).exists());
     }
 }
