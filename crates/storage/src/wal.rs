@@ -14,8 +14,9 @@
 //! synced with its size. The next segment is that file renamed, so appends overwrite zeros in
 //! place: an `fdatasync` then flushes data only, where a file growing with every record also
 //! needs a journal commit of its new size (which on ext4 waits for other files' data in the
-//! same journal transaction, here redb's checkpoint writes). The first growing segment is
-//! closed early as soon as a spare is ready. Zeros after the last record read as no record, as
+//! same journal transaction, here redb's checkpoint writes). A rotation never waits for a spare
+//! still being written (it starts a growing segment), and a growing segment is closed early as
+//! soon as a spare is ready. Zeros after the last record read as no record, as
 //! a torn tail does. A leftover spare (a crash while preparing it) is deleted on open; `close`
 //! deletes it too.
 //!
@@ -492,9 +493,11 @@ impl WalWriter {
             self.segments.close(old.path, old.last_batch);
         }
         let path = segment_path(&self.dir, first_batch);
-        // A prepared spare if there is one (waiting for it if it is still being written),
-        // else a new, empty file. A spare that failed only costs the preallocation.
-        let spare = match self.spare.take().map(JoinHandle::join) {
+        // A prepared spare if one is ready, else a new, empty file (never waiting for a spare
+        // still being written: the next batch after it is ready moves into it). A spare that
+        // failed only costs the preallocation.
+        let ready = self.spare.take_if(|h| h.is_finished());
+        let spare = match ready.map(JoinHandle::join) {
             Some(Ok(Ok(spare))) => fs::rename(&spare, &path).is_ok(),
             _ => false,
         };
