@@ -15,6 +15,8 @@ use tokio::net::TcpStream;
 const HEADERS_MAX: usize = 32;
 /// Largest response head accepted.
 const HEAD_BYTES_MAX: usize = 16 * 1024;
+/// Largest response body accepted (a bound on what a connection buffers).
+const BODY_BYTES_MAX: usize = 64 << 20;
 
 /// A response: status and body.
 #[derive(Debug)]
@@ -116,6 +118,9 @@ impl Conn {
                         }
                     }
                     let body_len = body_len.ok_or("response without content-length")?;
+                    if body_len > BODY_BYTES_MAX {
+                        return Err(format!("response body of {body_len} bytes is too large"));
+                    }
                     break (status, head_len, body_len, close);
                 }
                 Ok(httparse::Status::Partial) if self.buf.len() < HEAD_BYTES_MAX => {}

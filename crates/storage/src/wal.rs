@@ -394,6 +394,9 @@ pub(crate) struct WalWriter {
     synced: u64,
     /// The next segment, being zero-filled on a helper thread.
     spare: Option<JoinHandle<io::Result<PathBuf>>>,
+    /// A spare could not be written (a full disk, say): segments grow as records are appended,
+    /// rather than retrying (and rotating early) every megabyte.
+    spare_failed: bool,
 }
 
 struct Active {
@@ -423,6 +426,7 @@ impl WalWriter {
             written: last_batch,
             synced: last_batch,
             spare: None,
+            spare_failed: false,
         }
     }
 
@@ -430,7 +434,10 @@ impl WalWriter {
     /// growing segment to a ready spare at the next batch.
     fn tend_spare(&mut self) {
         let Some(active) = &self.active else { return };
-        if self.spare.is_none() && active.len >= SPARE_AFTER_BYTES.min(self.segment_bytes) {
+        if self.spare.is_none()
+            && !self.spare_failed
+            && active.len >= SPARE_AFTER_BYTES.min(self.segment_bytes)
+        {
             let (dir, bytes) = (self.dir.clone(), self.segment_bytes);
             self.spare = std::thread::Builder::new()
                 .name("herald-wal-spare".into())
@@ -499,7 +506,12 @@ impl WalWriter {
         let ready = self.spare.take_if(|h| h.is_finished());
         let spare = match ready.map(JoinHandle::join) {
             Some(Ok(Ok(spare))) => fs::rename(&spare, &path).is_ok(),
-            _ => false,
+            Some(_) => {
+                self.spare_failed = true;
+                let _ = remove_stale_spare(&self.dir); // whatever part of it was written
+                false
+            }
+            None => false,
         };
         let file = if spare {
             OpenOptions::new().write(true).open(&path)?
