@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::layer::{Base, Layer, Snapshot};
+use crate::layer::{Base, Filter, Layer, Snapshot};
 use crate::tables::{Table, STATE, STATE_CHECKPOINT};
 use crate::wal::Segments;
 use crate::writer::Metrics;
@@ -100,6 +100,8 @@ impl Shared {
                 snapshot: Arc::new(Snapshot {
                     base: Arc::new(base),
                     layers: Vec::new(),
+                    filter: Arc::new(Filter::new(Filter::words_for(limits.checkpoint_bytes))),
+                    covered: 0,
                 }),
                 layers_bytes: 0,
                 writer_waiting: false,
@@ -143,6 +145,8 @@ impl Shared {
                 Arc::new(Snapshot {
                     base: current.base.clone(),
                     layers,
+                    filter: current.filter.clone(),
+                    covered: current.covered,
                 })
             }
         }
@@ -152,6 +156,9 @@ impl Shared {
     pub(crate) fn publish(&self, layer: Arc<Layer>) {
         let bytes = layer.bytes;
         let mut state = self.lock();
+        // Into the generation's filter before any snapshot says the filter covers it (under
+        // the lock, so a checkpoint cannot start a new generation in between).
+        state.snapshot.filter.add(&layer);
         let mut layers = Vec::with_capacity(state.snapshot.layers.len() + 1);
         layers.extend(state.snapshot.layers.iter().cloned());
         layers.push(layer);
@@ -162,7 +169,9 @@ impl Shared {
             || (state.layers_bytes < threshold && state.layers_bytes + bytes >= threshold);
         let snapshot = Arc::new(Snapshot {
             base: state.snapshot.base.clone(),
+            covered: layers.len(),
             layers,
+            filter: state.snapshot.filter.clone(),
         });
         let old = std::mem::replace(&mut state.snapshot, snapshot);
         state.layers_bytes += bytes;
@@ -278,16 +287,22 @@ impl Checkpointer {
             let mut state = self.shared.lock();
             match result {
                 Ok(base) => {
-                    let remaining = state
+                    let remaining: Vec<Arc<Layer>> = state
                         .snapshot
                         .layers
                         .iter()
                         .filter(|layer| layer.batch > last)
                         .cloned()
                         .collect();
+                    // A new generation: the layers left, and those published from now on.
+                    let filter =
+                        Filter::new(Filter::words_for(self.shared.limits.checkpoint_bytes));
+                    remaining.iter().for_each(|layer| filter.add(layer));
                     let snapshot = Arc::new(Snapshot {
                         base: Arc::new(base),
+                        covered: remaining.len(),
                         layers: remaining,
+                        filter: Arc::new(filter),
                     });
                     let old = std::mem::replace(&mut state.snapshot, snapshot);
                     state.layers_bytes -= layers.iter().map(|l| l.bytes).sum::<usize>();
