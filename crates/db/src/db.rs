@@ -298,11 +298,12 @@ impl Db {
         &self,
         mut writes: Vec<Write>,
     ) -> Result<Ticket<CommitOutcome, DbError>, Refused> {
-        if let Err(e) = prepare(&mut writes, &self.inner.settings.limits, COMMIT_WRITES_MAX) {
-            return Err((e, None));
-        }
+        let encoded = match prepare(&mut writes, &self.inner.settings.limits, COMMIT_WRITES_MAX) {
+            Ok(encoded) => encoded,
+            Err(e) => return Err((e, None)),
+        };
         let writes = Arc::new(writes);
-        match self.enqueue_prepared(Arc::clone(&writes), None, false, None) {
+        match self.enqueue_prepared(Arc::clone(&writes), encoded, None, false, None) {
             Ok(ticket) => Ok(ticket),
             // A refused job is dropped before the error returns, so ours is the only handle.
             Err(e) => Err((e, Arc::try_unwrap(writes).ok())),
@@ -325,13 +326,14 @@ impl Db {
         block: bool,
         guard: Option<WriteGuard>,
     ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
-        prepare(&mut writes, &self.inner.settings.limits, COMMIT_WRITES_MAX)?;
-        self.enqueue_prepared(Arc::new(writes), mutation_id, block, guard)
+        let encoded = prepare(&mut writes, &self.inner.settings.limits, COMMIT_WRITES_MAX)?;
+        self.enqueue_prepared(Arc::new(writes), encoded, mutation_id, block, guard)
     }
 
     fn enqueue_prepared(
         &self,
         mut writes: Arc<Vec<Write>>,
+        mut encoded: crate::write::Encoded,
         mutation_id: Option<String>,
         block: bool,
         guard: Option<WriteGuard>,
@@ -362,7 +364,7 @@ impl Db {
                     &mut owned
                 }
             };
-            let mut outcome = apply(txn, writes, &ctx)?;
+            let mut outcome = apply(txn, writes, &mut encoded, &ctx)?;
             if let Some(id) = &mutation_id {
                 let retention = &inner.settings.mutations;
                 mutations::record(txn, id, outcome.seq, &outcome.results, now_ms, retention)?;

@@ -241,9 +241,11 @@ impl Db {
         mut writes: Vec<Write>,
         reads: Vec<ReadCheck>,
     ) -> Result<Ticket<TaskDone, DbError>, DbError> {
-        if !writes.is_empty() {
-            prepare(&mut writes, &self.inner.settings.limits, TASK_WRITES_MAX)?;
-        }
+        let mut encoded = if writes.is_empty() {
+            Vec::new()
+        } else {
+            prepare(&mut writes, &self.inner.settings.limits, TASK_WRITES_MAX)?
+        };
         let inner = Arc::clone(&self.inner);
         let heavy = writes.len() > TASK_WRITES_HEAVY;
         // Background: a client's write never waits behind a backlog of trigger tasks.
@@ -276,7 +278,7 @@ impl Db {
                     now_ms: crate::db::now_ms(),
                     guard: None,
                 };
-                Some(apply(txn, &mut writes, &ctx)?)
+                Some(apply(txn, &mut writes, &mut encoded, &ctx)?)
             };
             let publish = outcome.as_mut().map(|o| publish_hook(&inner, o));
             let db = Arc::clone(&inner);
