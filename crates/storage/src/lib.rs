@@ -70,8 +70,10 @@
 //!
 //! [`Store::read`] returns a [`ReadTxn`]: redb as of the last checkpoint (one shared read
 //! transaction) plus the layers committed after it, taken together under a small mutex, so it
-//! is a consistent snapshot of every table as of the latest commit. `get` looks through the
-//! layers newest first (a per-layer Bloom filter skips most of them) and then redb; `range`
+//! is a consistent snapshot of every table as of the latest commit. `get` skips every layer
+//! published since the last checkpoint when one shared Bloom filter over their keys rules the
+//! key out, and otherwise looks through the layers newest first (a per-layer Bloom filter
+//! skips most of them); then redb. `range`
 //! and `prefix` are lazy, double-ended merges ([`ReadRange`]) of redb and the layers in which a
 //! newer layer's write or delete hides older entries, and a layer's map is only searched once
 //! the scan reaches its first (or last) key; `len` is redb's count corrected by one lookup per
