@@ -284,6 +284,8 @@ impl Checkpointer {
             } = job;
             let last = layers.last().map_or(progress.applied, |l| l.batch);
             let result = self.apply(&layers, last, durable);
+            // The next generation's filter, allocated (1 MiB by default) outside the lock.
+            let filter = Filter::new(Filter::words_for(self.shared.limits.checkpoint_bytes));
             let mut state = self.shared.lock();
             match result {
                 Ok(base) => {
@@ -294,9 +296,8 @@ impl Checkpointer {
                         .filter(|layer| layer.batch > last)
                         .cloned()
                         .collect();
-                    // A new generation: the layers left, and those published from now on.
-                    let filter =
-                        Filter::new(Filter::words_for(self.shared.limits.checkpoint_bytes));
+                    // A new generation: the layers left (those published while this checkpoint
+                    // ran), and those published from now on.
                     remaining.iter().for_each(|layer| filter.add(layer));
                     let snapshot = Arc::new(Snapshot {
                         base: Arc::new(base),
