@@ -79,12 +79,23 @@ mod direction {
 }
 
 impl CollectionCatalog {
+    /// Whether `path` is exempt from automatic indexing: it or a path above it is listed.
     pub fn is_exempt(&self, path: &str) -> bool {
-        self.exemptions.iter().any(|e| {
-            path == e
-                || (path.starts_with(e.as_str()) && path.as_bytes().get(e.len()) == Some(&b'.'))
-        })
+        covers(&self.exemptions, path)
     }
+
+    /// Whether the automatic index of `path` is being rebuilt: it or a path above it had its
+    /// exemption lifted and the build has not finished.
+    pub fn is_building(&self, path: &str) -> bool {
+        covers(&self.building_fields, path)
+    }
+}
+
+/// Whether `paths` holds `path` or a path above it.
+fn covers(paths: &BTreeSet<String>, path: &str) -> bool {
+    paths.iter().any(|e| {
+        path == e || (path.starts_with(e.as_str()) && path.as_bytes().get(e.len()) == Some(&b'.'))
+    })
 }
 
 impl Catalog {

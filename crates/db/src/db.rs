@@ -597,7 +597,18 @@ impl Db {
     }
 
     fn build(&self, collection: &str, index: &str) -> Result<(), DbError> {
-        let prefix = index_prefix(collection, index);
+        // A field's build covers the indexes of the paths below it too (an exemption of `m`
+        // also exempts `m.k`).
+        let mut prefixes = vec![index_prefix(collection, index)];
+        if index.starts_with("f:") {
+            let mut below = prefixes[0].clone();
+            below.pop();
+            below.push(b'.');
+            prefixes.push(below);
+        }
+        for prefix in &prefixes {
+            self.drop_stale_entries(collection, prefix)?;
+        }
         let mut cursor = collection_prefix(collection);
         // Paths along which the built entries met arrays or cut strings: recorded with the
         // index's completion, before the planner may use it (documents written meanwhile
@@ -605,7 +616,7 @@ impl Db {
         let (mut multikey, mut truncated) = (BTreeSet::new(), BTreeSet::new());
         loop {
             let inner = Arc::clone(&self.inner);
-            let (coll, pfx, start) = (collection.to_string(), prefix.clone(), cursor.clone());
+            let (coll, pfx, start) = (collection.to_string(), prefixes.clone(), cursor.clone());
             let next = self
                 .inner
                 .store
@@ -627,7 +638,7 @@ impl Db {
                         let id = crate::layout::id_of_doc_key(key, &coll)?;
                         let e = entries(&coll, id, &doc, Some(&cc), cat.key_string_limit())?;
                         for k in e.keys {
-                            if k.starts_with(&pfx) {
+                            if pfx.iter().any(|p| k.starts_with(p)) {
                                 txn.put(Table::Index, k, id.as_bytes().to_vec())?;
                             }
                         }
@@ -665,6 +676,60 @@ impl Db {
             }
             Ok(())
         })
+    }
+
+    /// Deletes the entries under `prefix` (one index, or the indexes below a path) that the
+    /// documents they name would not have now. Entries written before a path was exempted
+    /// stay behind while it is exempt (writes no longer list them, so no write deletes them);
+    /// a rebuilt index must not keep them, or a document changed meanwhile is found under its
+    /// old value too. Never deletes a current entry, so writes and other builds may run along.
+    fn drop_stale_entries(&self, collection: &str, prefix: &[u8]) -> Result<(), DbError> {
+        let end = crate::layout::prefix_end(prefix);
+        let mut cursor = prefix.to_vec();
+        loop {
+            let inner = Arc::clone(&self.inner);
+            let (coll, start, end) = (collection.to_string(), cursor.clone(), end.clone());
+            let next = self
+                .inner
+                .store
+                .submit_background(move |txn: &mut WriteTxn<'_>| {
+                    let mut batch = Vec::new();
+                    for entry in txn
+                        .range(Table::Index, start.as_slice()..end.as_slice())?
+                        .take(BUILD_CHUNK_DOCS)
+                    {
+                        batch.push(entry?);
+                    }
+                    let cat = inner.catalog.read().expect("catalog lock").clone();
+                    let mut cc = cat.collection(&coll).cloned().unwrap_or_default();
+                    cc.building_fields.clear();
+                    for (key, id) in &batch {
+                        let id = std::str::from_utf8(id)
+                            .map_err(|_| DbError::Corrupt("index entry id".into()))?;
+                        let current = match txn.get(Table::Docs, &doc_key(&coll, id))? {
+                            Some(raw) => {
+                                let (_, doc) = decode_doc(&raw)?;
+                                entries(&coll, id, &doc, Some(&cc), cat.key_string_limit())
+                                    .is_ok_and(|e| e.keys.contains(key))
+                            }
+                            None => false,
+                        };
+                        if !current {
+                            txn.delete(Table::Index, key.clone());
+                        }
+                    }
+                    Ok::<_, DbError>(batch.last().map(|(k, _)| {
+                        let mut n = k.clone();
+                        n.push(0);
+                        n
+                    }))
+                })?
+                .wait()?;
+            match next {
+                Some(n) => cursor = n,
+                None => return Ok(()),
+            }
+        }
     }
 
     /// Deletes every key of `table` under `prefix` in the background, in bounded chunks.

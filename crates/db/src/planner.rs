@@ -138,7 +138,7 @@ fn field_indexed(path: &str, cat: Option<&CollectionCatalog>) -> bool {
     let numeric = path
         .split('.')
         .any(|s| s.bytes().all(|b| b.is_ascii_digit()));
-    !numeric && !cat.is_some_and(|c| c.is_exempt(path) || c.building_fields.contains(path))
+    !numeric && !cat.is_some_and(|c| c.is_exempt(path) || c.is_building(path))
 }
 
 fn is_multikey(path: &str, cat: Option<&CollectionCatalog>) -> bool {
@@ -354,4 +354,28 @@ fn composite(
         }
     }
     best.map(|(_, p)| p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// While the index of a path whose exemption was lifted is rebuilt, neither it nor the
+    /// indexes of the paths below it serve queries (they miss documents written while exempt).
+    #[test]
+    fn a_building_path_and_the_paths_below_it_are_not_used() {
+        let cat = CollectionCatalog {
+            building_fields: ["m".to_string()].into(),
+            ..CollectionCatalog::default()
+        };
+        for (filter, indexed) in [
+            (serde_json::json!({"m": 1}), false),
+            (serde_json::json!({"m.k": 1}), false),
+            (serde_json::json!({"mk": 1}), true),
+        ] {
+            let query = Query::parse(&serde_json::json!({ "filter": filter })).unwrap();
+            let p = plan("c", &query, Some(&cat), usize::MAX);
+            assert_eq!(!matches!(p, Plan::Scan), indexed, "{filter}: {p:?}");
+        }
+    }
 }
