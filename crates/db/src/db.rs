@@ -511,11 +511,19 @@ impl Db {
             }
             Ok(())
         })?;
-        // Entries of a dropped index are garbage; remove them in the background.
-        self.spawn_delete_prefix(
-            Table::Index,
+        // Entries of a dropped index are garbage; remove them in the background. Only those
+        // no index has (not a plain delete of the prefix): an index created again under the
+        // same name meanwhile keeps its entries.
+        let db = self.clone();
+        let (coll, prefix) = (
+            collection.to_string(),
             index_prefix(collection, &composite_index_name(name)),
         );
+        std::thread::spawn(move || {
+            if let Err(e) = db.drop_stale_entries(&coll, &prefix) {
+                eprintln!("herald: removing a dropped index's entries on {coll} failed: {e}");
+            }
+        });
         Ok(())
     }
 
@@ -840,6 +848,63 @@ mod tests {
             db.inner.catalog.read().unwrap().key_string_limit(),
             STRING_KEY_BYTES_MAX
         );
+        db.close().unwrap();
+    }
+
+    /// Removing a dropped index's entries never removes those of an index created again
+    /// under the same name (a plain delete of the prefix, run late, emptied the new index).
+    #[test]
+    fn a_late_cleanup_of_a_dropped_index_keeps_a_new_one_of_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), DbOptions::default()).unwrap();
+        let docs: Vec<Value> = (0..3)
+            .map(|i| json!({"_id": format!("d{i}"), "a": i, "b": 2 - i}))
+            .collect();
+        db.commit(
+            docs.iter()
+                .map(|d| Write::Put {
+                    collection: "c".into(),
+                    id: d["_id"].as_str().unwrap().into(),
+                    doc: d.clone(),
+                    if_version: None,
+                })
+                .collect(),
+        )
+        .unwrap();
+        let prefix = index_prefix("c", &composite_index_name("x"));
+        let count = || {
+            db.inner
+                .store
+                .read()
+                .unwrap()
+                .prefix(Table::Index, &prefix)
+                .unwrap()
+                .count()
+        };
+        let wait_for = |n: usize| {
+            for _ in 0..500 {
+                if count() == n
+                    && db.list_indexes("c").unwrap()["composite"][0]["state"] != "building"
+                {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            panic!("{} entries, expected {n}", count());
+        };
+        let asc = |f: &str| (f.to_string(), Direction::Asc);
+        db.create_index("c", "x", vec![asc("a"), asc("b")]).unwrap();
+        wait_for(3);
+        db.drop_index("c", "x").unwrap();
+        wait_for(0);
+        db.create_index("c", "x", vec![asc("b"), asc("a")]).unwrap();
+        wait_for(3);
+        // The dropped index's cleanup, had it run only now.
+        db.drop_stale_entries("c", &prefix).unwrap();
+        assert_eq!(count(), 3);
+        let q = Query::parse(&json!({"filter": {"b": {"$gte": 0}, "a": {"$gte": 0}}})).unwrap();
+        let out = db.query("c", &q).unwrap();
+        assert_eq!(out.docs.len(), 3, "{}", out.explain);
         db.close().unwrap();
     }
 
