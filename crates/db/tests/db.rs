@@ -32,6 +32,20 @@ fn open_retaining(dir: &std::path::Path, count: u64, age: Duration) -> Db {
     .unwrap()
 }
 
+/// Waits (up to a second) until no automatic index of `collection` is being rebuilt; the
+/// caller's assertions then show what a build that did not finish left.
+fn wait_until_built(db: &Db, collection: &str) {
+    for _ in 0..500 {
+        if db.list_indexes(collection).unwrap()["building"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 fn put(c: &str, id: &str, doc: Value) -> Write {
     Write::Put {
         collection: c.into(),
@@ -883,15 +897,7 @@ fn lifting_an_exemption_records_the_arrays_the_build_meets() {
     )
     .unwrap();
     db.set_exemptions("c", vec![]).unwrap();
-    for _ in 0..500 {
-        if db.list_indexes("c").unwrap()["building"]
-            .as_array()
-            .is_some_and(Vec::is_empty)
-        {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_until_built(&db, "c");
     // In index order from 2, "a" would come last (its entry 5); sorted by its smallest
     // element, 1, it comes first.
     let q =
@@ -921,15 +927,7 @@ fn entries_from_before_an_exemption_do_not_outlive_it() {
     )])
     .unwrap();
     db.set_exemptions("c", vec![]).unwrap();
-    for _ in 0..500 {
-        if db.list_indexes("c").unwrap()["building"]
-            .as_array()
-            .is_some_and(Vec::is_empty)
-        {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_until_built(&db, "c");
     let docs = [
         json!({"_id": "x", "n": 1, "m": {"k": 1}}),
         json!({"_id": "y", "n": 3, "m": {"k": 3}}),
