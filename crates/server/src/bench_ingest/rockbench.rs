@@ -197,7 +197,7 @@ async fn generate(
         while k < due && Instant::now() < deadline {
             let end = due.min(k + BATCH_WRITES_MAX as u64);
             let t0 = clock.start + Duration::from_secs_f64(schedule.time_of(k));
-            let batch: Vec<Value> = (k..end)
+            let batch: Vec<String> = (k..end)
                 .map(|i| {
                     let ts = clock.ts_of(schedule.time_of(i));
                     let sparse = rng.gen_bool(opts.sparse.clamp(0.0, 1.0));
@@ -207,10 +207,10 @@ async fn generate(
                         i
                     };
                     let doc = event(&mut rng, gen, i, ts, sparse);
-                    json!({"op": "put", "collection": COLLECTION, "id": format!("g{gen}-{id}"), "doc": doc})
+                    format!(r#"{{"op":"put","collection":"{COLLECTION}","id":"g{gen}-{id}","doc":{doc}}}"#)
                 })
                 .collect();
-            writer.send(batch, t0).await?;
+            writer.send_lines(batch, t0).await?;
             k = end;
         }
     }

@@ -170,17 +170,18 @@ impl Ctx<'_> {
             for c in 0..self.opts.cells {
                 let k: u64 = rng.gen_range(1..=5);
                 incs += k;
-                batch.push(json!({"op": "update", "collection": "cells", "id": format!("cell{c:06}"),
-                                  "update": {"$inc": {"n": k}, "$max": {"window": w}}, "upsert": true}));
+                batch.push(format!(
+                    r#"{{"op":"update","collection":"cells","id":"cell{c:06}","update":{{"$inc":{{"n":{k}}},"$max":{{"window":{w}}}}},"upsert":true}}"#
+                ));
                 if batch.len() == BATCH_WRITES_MAX {
                     writers[next % WRITERS]
-                        .send(std::mem::take(&mut batch), close)
+                        .send_lines(std::mem::take(&mut batch), close)
                         .await?;
                     next += 1;
                 }
             }
             if !batch.is_empty() {
-                writers[next % WRITERS].send(batch, close).await?;
+                writers[next % WRITERS].send_lines(batch, close).await?;
             }
             sent += self.opts.cells;
             for wr in &writers {
@@ -261,11 +262,13 @@ impl Ctx<'_> {
             let batch = docs
                 .into_iter()
                 .map(|d| {
-                    let id = d["_id"].clone();
-                    json!({"op": "put", "collection": "copy", "id": id, "doc": d})
+                    format!(
+                        r#"{{"op":"put","collection":"copy","id":{},"doc":{d}}}"#,
+                        d["_id"]
+                    )
                 })
                 .collect();
-            writers[page % WRITERS].send(batch, t0).await?;
+            writers[page % WRITERS].send_lines(batch, t0).await?;
             page += 1;
             from += COPY_PAGE;
         }
