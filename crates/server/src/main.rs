@@ -161,20 +161,30 @@ enum BenchCommand {
         /// Followers of u0; user i has about followers_max / (i + 1).
         #[arg(long, default_value_t = 5000)]
         followers_max: usize,
-        /// Concurrent posters in the saturation phase.
-        #[arg(long, default_value_t = 32)]
-        clients: usize,
-        /// Seconds of the saturation and 80% load phases.
+        /// Seconds of the 80% load phase.
         #[arg(long, default_value_t = 15.0)]
         secs: f64,
+        /// Saturation search: the first probe's rate (tweets/s); probes double from it while
+        /// the fan-outs keep up, then bisect.
+        #[arg(long, default_value_t = 100.0)]
+        search_start: f64,
+        /// Saturation search: no probe above this rate.
+        #[arg(long, default_value_t = 5000.0)]
+        search_max: f64,
+        /// Saturation search: seconds of each probe.
+        #[arg(long, default_value_t = 10.0)]
+        search_secs: f64,
+        /// Saturation search: bisections after the first probe that fell behind.
+        #[arg(long, default_value_t = 3)]
+        bisect_steps: u32,
         /// Seconds at 50%, 200% and 50% of the sustained rate in the burst phase.
         #[arg(long, value_delimiter = ',', num_args = 1, default_value = "10,30,30")]
         burst_secs: Vec<f64>,
         /// Fan-out concurrency: the queue worker's tasks and Herald's --trigger-workers.
         #[arg(long, default_value_t = 4)]
         workers: usize,
-        /// Tweets/s the 80% and burst phases are relative to (default: each mode's measured
-        /// sustained rate).
+        /// Tweets/s the 80% and burst phases are relative to, instead of searching for each
+        /// mode's sustained rate.
         #[arg(long)]
         rate: Option<f64>,
         /// Width of the burst table's intervals, in seconds.
@@ -592,8 +602,11 @@ fn main() {
             modes,
             users,
             followers_max,
-            clients,
             secs,
+            search_start,
+            search_max,
+            search_secs,
+            bisect_steps,
             burst_secs,
             workers,
             rate,
@@ -617,8 +630,13 @@ fn main() {
                     modes,
                     users,
                     followers_max,
-                    clients,
                     secs,
+                    search: herald::bench_fanout::search::SearchOptions {
+                        start: search_start,
+                        max: search_max,
+                        secs: search_secs,
+                        bisect_steps,
+                    },
                     burst_secs,
                     workers,
                     rate,

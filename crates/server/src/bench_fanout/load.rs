@@ -1,6 +1,5 @@
-//! The load drivers: how each mode posts a tweet ([`Target`]), the closed loop that saturates
-//! (`clients` posters, each sending its next tweet when the last is acknowledged), and the
-//! open loop that sends at fixed intervals through a rate schedule (80% load, burst).
+//! The load drivers: how each mode posts a tweet ([`Target`]) and the open loop that sends at
+//! fixed intervals through a rate schedule (saturation probes, 80% load, burst).
 //!
 //! The open loop registers each tweet at its scheduled time and measures from there, so a tweet
 //! that waits for a free request slot or a late pacer is charged the wait (no coordinated
@@ -108,46 +107,6 @@ impl Phase {
         }
         self.tracker.ack(k, r.is_ok());
     }
-}
-
-/// Counters at the end of a closed-loop window.
-#[derive(Debug, Clone, Copy)]
-pub struct Window {
-    pub start_us: u64,
-    pub end_us: u64,
-    pub secs: f64,
-}
-
-/// `clients` posters in a closed loop for `secs`. Returns the window; the counters at its end
-/// are in the tracker's samples (and the caller takes one at the returned end).
-pub async fn closed_loop(phase: &Arc<Phase>, clients: usize, secs: f64) -> Window {
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(secs);
-    let mut tasks = Vec::with_capacity(clients);
-    for c in 0..clients {
-        let phase = phase.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(phase.seed ^ ((c as u64 + 1) << 32));
-            while Instant::now() < deadline {
-                let author = rng.gen_range(0..phase.users) as u32;
-                let Some(k) = phase.tracker.begin(Instant::now(), author) else {
-                    break;
-                };
-                phase.send(k, author, &mut rng).await;
-            }
-        }));
-    }
-    tokio::time::sleep_until(deadline.into()).await;
-    let window = Window {
-        start_us: phase.tracker.us(start),
-        end_us: phase.tracker.now_us(),
-        secs: start.elapsed().as_secs_f64(),
-    };
-    phase.tracker.sample();
-    for t in tasks {
-        let _ = t.await;
-    }
-    window
 }
 
 /// A step of an open-loop schedule: this many tweets per second for this many seconds.

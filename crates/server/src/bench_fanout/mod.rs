@@ -8,8 +8,9 @@
 //! power-law follow graph bulk-loaded, then three phases, each followed by a full drain (every
 //! acknowledged tweet's marker received):
 //!
-//! 1. saturation: `clients` posters in a closed loop for `secs`; throughput is fan-outs
-//!    completed (markers received) per second within the window, not acknowledgements;
+//! 1. saturation ([`search`]): open-loop probes, doubling from `--search-start` tweets/s and
+//!    then bisecting, find the highest rate whose fan-outs keep up (all done shortly after the
+//!    probe's schedule ends); that is the mode's sustained rate;
 //! 2. 80% load: an open loop at 0.8 x that rate for `secs`; acknowledgement latency from the
 //!    scheduled send time, propagation delay (acknowledgement to marker), CPU per process;
 //! 3. burst: 50% -> 200% -> 50% of the sustained rate; per-interval latency and backlog, and
@@ -23,6 +24,7 @@ pub mod markers;
 pub mod procs;
 pub mod report;
 pub mod rig;
+pub mod search;
 pub mod stats;
 pub mod tracker;
 pub mod workload;
@@ -30,6 +32,7 @@ pub mod workload;
 use load::{Mode, Step};
 use report::{BurstResult, LoadResult, ModeResult, SatResult};
 use rig::{run_phase, Ran, Rig};
+use search::SearchOptions;
 use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -40,8 +43,9 @@ pub struct FanoutOptions {
     pub modes: Vec<Mode>,
     pub users: usize,
     pub followers_max: usize,
-    pub clients: usize,
     pub secs: f64,
+    /// The saturation search's probes.
+    pub search: SearchOptions,
     /// Seconds at 50%, 200% and 50% of the sustained rate.
     pub burst_secs: [f64; 3],
     /// Fan-out concurrency of the queue worker and of the trigger workers.
@@ -69,11 +73,20 @@ impl FanoutOptions {
         if self.followers_max > limit {
             return Err(format!("--followers-max may be at most {limit}"));
         }
-        if self.users == 0 || self.clients == 0 || self.workers == 0 || self.modes.is_empty() {
-            return Err("--users, --clients, --workers and --modes must not be empty or 0".into());
+        if self.users == 0 || self.workers == 0 || self.modes.is_empty() {
+            return Err("--users, --workers and --modes must not be empty or 0".into());
         }
-        if self.secs <= 0.0 || self.interval_secs <= 0.0 {
-            return Err("--secs and --interval-secs must be positive".into());
+        let s = &self.search;
+        if [self.secs, self.interval_secs, s.secs, s.start]
+            .iter()
+            .any(|v| !(*v > 0.0))
+        {
+            return Err(
+                "--secs, --interval-secs, --search-secs and --search-start must be positive".into(),
+            );
+        }
+        if s.max < s.start {
+            return Err("--search-max must be at least --search-start".into());
         }
         Ok(())
     }
@@ -92,23 +105,15 @@ async fn run_mode(
     );
     let mut rig = Rig::start(mode, opts, graph).await?;
 
-    eprintln!(
-        "herald bench fanout: {m}: saturation, {} clients, {} s",
-        opts.clients, opts.secs
-    );
-    let (clients, secs) = (opts.clients, opts.secs);
-    let (ran, window) = run_phase(
-        &rig,
-        &format!("{m}-sat"),
-        opts,
-        graph,
-        tick,
-        |p| async move { load::closed_loop(&p, clients, secs).await },
-    )
-    .await?;
-    rig.check_alive()?;
-    let sat = SatResult::from_run(&ran, window);
-    let rate = opts.rate.unwrap_or(sat.completed_per_sec);
+    let sat = match opts.rate {
+        Some(rate) => SatResult {
+            rate,
+            searched: false,
+            probes: Vec::new(),
+        },
+        None => search::search(&mut rig, mode, opts, graph, tick).await?,
+    };
+    let rate = sat.rate;
     if rate < 1.0 {
         return Err(format!(
             "{m}: sustained rate {rate:.2}/s is too low to continue"
@@ -175,36 +180,6 @@ async fn run_mode(
         load,
         burst,
     })
-}
-
-impl SatResult {
-    fn from_run(ran: &Ran, w: load::Window) -> SatResult {
-        let slots = ran.tracker.slots();
-        let within = |t: u64| t > 0 && t >= w.start_us && t <= w.end_us;
-        let completed = slots.iter().filter(|s| within(s.done_us)).count() as u64;
-        let acked = slots.iter().filter(|s| within(s.ack_us)).count() as u64;
-        let tweets = slots.iter().filter(|s| s.ack_us > 0).count() as u64;
-        let after = slots.iter().filter(|s| s.done_us > w.end_us).count() as u64;
-        let last = slots.iter().map(|s| s.done_us).max().unwrap_or(0);
-        let drain_rate = match last.saturating_sub(w.end_us) {
-            0 => 0.0,
-            us => after as f64 / (us as f64 / 1e6),
-        };
-        SatResult {
-            drain_rate,
-            secs: w.secs,
-            completed_per_sec: completed as f64 / w.secs,
-            acked_per_sec: acked as f64 / w.secs,
-            backlog_at_end: acked.saturating_sub(completed),
-            tweets,
-            ack: stats::ack_from_send(&slots),
-            drain_secs: ran.drain_secs,
-            drained: ran.drained,
-            cpu_per_k: stats::per_thousand(&ran.cpu, tweets),
-            errors: ran.errors + ran.watch_errors,
-            wrong: ran.tracker.wrong.load(Ordering::Relaxed),
-        }
-    }
 }
 
 impl LoadResult {
@@ -295,7 +270,8 @@ async fn run_all(opts: FanoutOptions) -> Result<(), String> {
     let out = json!({
         "benchmark": "fanout",
         "options": {"modes": opts.modes.iter().map(|m| m.name()).collect::<Vec<_>>(), "users": opts.users,
-                    "followersMax": opts.followers_max, "clients": opts.clients, "secs": opts.secs,
+                    "followersMax": opts.followers_max, "secs": opts.secs,
+                    "search": {"start": opts.search.start, "max": opts.search.max, "secs": opts.search.secs, "bisectSteps": opts.search.bisect_steps},
                     "burstSecs": opts.burst_secs, "workers": opts.workers, "rate": opts.rate, "seed": opts.seed, "durability": opts.durability,
                     "preloadTweets": opts.preload_tweets},
         "graph": {"posters": graph.users, "accounts": graph.accounts, "edges": graph.edges(), "meanFanout": graph.mean_fanout()},

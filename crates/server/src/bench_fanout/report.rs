@@ -2,27 +2,17 @@
 //! mode and at the end (saturation, 80% load, CPU per 1,000 tweets, burst), the issue's
 //! targets, and the JSON written to `--out`.
 
+use super::search::{lag_allowed, Probe};
 use crate::bench_fanout::load::Mode;
 use crate::bench_fanout::stats::{Dist, Interval};
 use serde_json::{json, Value};
 
 pub struct SatResult {
-    pub secs: f64,
-    /// Markers received within the window, per second: the sustained throughput.
-    pub completed_per_sec: f64,
-    pub acked_per_sec: f64,
-    /// Acknowledged within the window but not finished at its end.
-    pub backlog_at_end: u64,
-    pub tweets: u64,
-    /// Closed loop: from send.
-    pub ack: Dist,
-    pub drain_secs: f64,
-    /// Fan-outs completed per second after the posters stopped, until drained.
-    pub drain_rate: f64,
-    pub drained: bool,
-    pub cpu_per_k: Vec<(String, f64)>,
-    pub errors: u64,
-    pub wrong: u64,
+    /// The highest rate a probe kept up with, or the rate given with `--rate`.
+    pub rate: f64,
+    /// False when `--rate` replaced the search.
+    pub searched: bool,
+    pub probes: Vec<Probe>,
 }
 
 pub struct LoadResult {
@@ -83,10 +73,12 @@ impl ModeResult {
         let (s, l, b) = (&self.sat, &self.load, &self.burst);
         json!({
             "mode": self.mode.name(),
-            "saturation": {"seconds": s.secs, "completedPerSec": s.completed_per_sec, "ackedPerSec": s.acked_per_sec,
-                "backlogAtEnd": s.backlog_at_end, "tweets": s.tweets, "ackFromSendMs": s.ack.json(),
-                "drainSeconds": s.drain_secs, "drainPerSec": s.drain_rate, "drained": s.drained, "cpuSecsPer1000": cpu_json(&s.cpu_per_k),
-                "errors": s.errors, "wrongMarkers": s.wrong},
+            "saturation": {"sustainedRate": s.rate, "searched": s.searched, "lagAllowedSeconds": s.probes.first().map(|p| lag_allowed(p.secs)),
+                "probes": s.probes.iter().map(|p| json!({"rate": p.rate, "seconds": p.secs, "tweets": p.tweets,
+                    "completedPerSec": p.completed_per_sec, "lagSeconds": p.lag_secs, "drained": p.drained, "keptUp": p.pass,
+                    "ackFromScheduleMs": p.ack.json(), "propagationMs": p.propagation.json(),
+                    "cpuSecsPer1000": cpu_json(&p.cpu_per_k), "errors": p.errors, "wrongMarkers": p.wrong}))
+                    .collect::<Vec<_>>()},
             "load80": {"rate": l.rate, "seconds": l.secs, "tweets": l.tweets, "ackRate": l.ack_rate,
                 "ackFromScheduleMs": l.ack.json(), "ackFromSendMs": l.ack_from_send.json(),
                 "propagationMs": l.propagation.json(), "cpuSecsPer1000": cpu_json(&l.cpu_per_k),
@@ -134,32 +126,36 @@ fn opt(v: Option<f64>) -> String {
 
 /// The summary tables over all modes, and the targets.
 pub fn print_summary(results: &[ModeResult]) {
-    println!("\nsaturation (closed loop; throughput = fan-outs completed per second)");
     println!(
-        "{:<9} {:>12} {:>9} {:>12} {:>9} {:>9} {:>9} {:>7} {:>7}",
-        "mode",
-        "completed/s",
-        "acked/s",
-        "backlog end",
-        "ack p50",
-        "ack p99",
-        "drain s",
-        "errors",
-        "wrong"
+        "\nsaturation (open-loop probes; kept up = every fan-out done within {:.2} s of the schedule's end)",
+        results
+            .iter()
+            .find_map(|r| r.sat.probes.first())
+            .map_or(0.0, |p| lag_allowed(p.secs))
+    );
+    println!(
+        "{:<9} {:>9} {:>12} {:>9} {:>9} {:>9} {:>9} {:>7}",
+        "mode", "probe/s", "completed/s", "lag s", "ack p50", "ack p99", "prop p99", "result"
     );
     for r in results {
-        let s = &r.sat;
+        for p in &r.sat.probes {
+            println!(
+                "{:<9} {:>9.1} {:>12.1} {:>9.2} {:>9.2} {:>9.2} {:>9.1} {:>7}",
+                r.mode.name(),
+                p.rate,
+                p.completed_per_sec,
+                p.lag_secs,
+                p.ack.p50,
+                p.ack.p99,
+                p.propagation.p99,
+                if p.pass { "ok" } else { "behind" }
+            );
+        }
         println!(
-            "{:<9} {:>12.1} {:>9.1} {:>12} {:>9.2} {:>9.2} {:>9.1} {:>7} {:>7}",
+            "{:<9} sustained: {:.1} tweets/s{}",
             r.mode.name(),
-            s.completed_per_sec,
-            s.acked_per_sec,
-            s.backlog_at_end,
-            s.ack.p50,
-            s.ack.p99,
-            s.drain_secs,
-            s.errors,
-            s.wrong
+            r.sat.rate,
+            if r.sat.searched { "" } else { " (given with --rate)" }
         );
     }
     println!("\n80% load (open loop; ack latency from the scheduled send time, ms)");
@@ -246,7 +242,7 @@ pub fn print_summary(results: &[ModeResult]) {
             if p50 <= 1.0 { "met" } else { "NOT met" }
         );
         if let Some(q) = get(Mode::Queue) {
-            let (tt, qt) = (t.sat.completed_per_sec, q.sat.completed_per_sec);
+            let (tt, qt) = (t.sat.rate, q.sat.rate);
             let (tc, qc) = (total_cpu(&t.load.cpu_per_k), total_cpu(&q.load.cpu_per_k));
             println!(
                 "target: integrated throughput >= external queue ({tt:.1} vs {qt:.1}/s): {}; with less total CPU ({tc:.3} vs {qc:.3} s per 1,000): {}",

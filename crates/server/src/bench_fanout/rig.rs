@@ -31,7 +31,7 @@ impl Rig {
         let data = dir.path().join("herald");
         std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
         let (server, base) = procs::spawn_herald(&data, opts.workers, opts.durability)?;
-        let http = fanout::http_client(opts.clients.max(load::INFLIGHT_MAX))?;
+        let http = fanout::http_client(load::INFLIGHT_MAX)?;
         graph.load(&http, &base).await?;
         if opts.preload_tweets > 0 {
             let entries = graph
