@@ -79,7 +79,7 @@ impl FanoutOptions {
         let s = &self.search;
         if [self.secs, self.interval_secs, s.secs, s.start]
             .iter()
-            .any(|v| !(*v > 0.0))
+            .any(|v| v.is_nan() || *v <= 0.0)
         {
             return Err(
                 "--secs, --interval-secs, --search-secs and --search-start must be positive".into(),

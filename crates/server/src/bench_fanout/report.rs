@@ -155,7 +155,11 @@ pub fn print_summary(results: &[ModeResult]) {
             "{:<9} sustained: {:.1} tweets/s{}",
             r.mode.name(),
             r.sat.rate,
-            if r.sat.searched { "" } else { " (given with --rate)" }
+            if r.sat.searched {
+                ""
+            } else {
+                " (given with --rate)"
+            }
         );
     }
     println!("\n80% load (open loop; ack latency from the scheduled send time, ms)");

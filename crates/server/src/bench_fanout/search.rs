@@ -130,9 +130,14 @@ async fn probe(
     let secs = opts.search.secs;
     eprintln!("herald bench fanout: {m}: saturation probe {n}: {rate:.1} tweets/s for {secs} s");
     let steps = [load::Step { rate, secs }];
-    let (ran, start_us) = run_phase(rig, &format!("{m}-sat{n}"), opts, graph, tick, |p| {
-        async move { load::open_loop(&p, &steps).await }
-    })
+    let (ran, start_us) = run_phase(
+        rig,
+        &format!("{m}-sat{n}"),
+        opts,
+        graph,
+        tick,
+        |p| async move { load::open_loop(&p, &steps).await },
+    )
     .await?;
     rig.check_alive()?;
     let slots = ran.tracker.slots();
