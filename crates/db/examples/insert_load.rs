@@ -1,7 +1,7 @@
 //! Measures durable insert throughput of the database layer alone (no HTTP): `threads` writers
 //! commit ~1 KB documents for a few seconds. `cargo run --release -p herald-db --example insert_load`.
 //! Environment: `NOSYNC`, `EXEMPT_TEXT`, `EXEMPT_ALL`, `CHECKPOINT_MS`, `CHECKPOINT_MIB` and `DURABLE_MS`
-//! (the storage's checkpoint triggers), `RANDOM` (random field values, the shape `herald bench http`
+//! (the storage's checkpoint triggers), `LOG_RETENTION` (commit-log records kept), `RANDOM` (random field values, the shape `herald bench http`
 //! writes, instead of mostly constant ones) and `SECS` (default 5). Besides the rate it prints the
 //! process's CPU time per insert, which other work on the machine disturbs far less than the rate.
 
@@ -39,6 +39,12 @@ fn main() {
     }
     if std::env::var("NOSYNC").is_ok() {
         opts.durability = herald_db::Durability::NoSync;
+    }
+    if let Some(n) = std::env::var("LOG_RETENTION")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        opts.log_retention_count = n;
     }
     let db = Db::open(dir.path(), opts).unwrap();
     if std::env::var("EXEMPT_TEXT").is_ok() {
