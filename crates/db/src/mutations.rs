@@ -109,7 +109,7 @@ fn result_from_json(r: &Value) -> WriteResult {
             _ => None,
         },
         version: r["version"].as_u64().unwrap_or(0),
-        doc: None,
+        record: None,
     }
 }
 

@@ -165,7 +165,7 @@ fn insert_update_upsert_and_errors() {
     let r = db
         .commit(vec![upd(json!({"$inc": {"n": 2}}), false, &id)])
         .unwrap();
-    assert_eq!(r.results[0].doc.as_ref().unwrap()["n"], 3);
+    assert_eq!(r.results[0].doc().unwrap()["n"], 3);
     assert_eq!(
         db.commit(vec![upd(json!({"$inc": {"n": 1}}), false, "nope")])
             .unwrap_err()
@@ -175,7 +175,7 @@ fn insert_update_upsert_and_errors() {
     let r = db
         .commit(vec![upd(json!({"$set": {"k": 1}}), true, "new")])
         .unwrap();
-    assert_eq!(r.results[0].doc, Some(json!({"_id": "new", "k": 1})));
+    assert_eq!(r.results[0].doc(), Some(json!({"_id": "new", "k": 1})));
     assert_eq!(
         db.commit(vec![upd(json!({"$inc": {"_id": 1}}), false, "new")])
             .unwrap_err()

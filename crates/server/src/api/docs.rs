@@ -151,7 +151,7 @@ pub async fn patch(
     };
     let out = commit_one(&st, &p, w).await?;
     let r = &out.results[0];
-    Ok(Json(json!({"doc": r.doc, "version": r.version, "seq": out.seq})).into_response())
+    Ok(Json(json!({"doc": r.doc(), "version": r.version, "seq": out.seq})).into_response())
 }
 
 pub async fn delete(
