@@ -462,6 +462,8 @@ impl Checkpointer {
                 entries.sort_by(|a, b| a.0.cmp(b.0));
                 entries.dedup_by(|later, first| later.0 == first.0);
             }
+            let started = Instant::now();
+            let count = entries.len() as u64;
             let mut raw = txn.open_table(table.definition())?;
             for (key, value) in entries {
                 match value {
@@ -469,14 +471,27 @@ impl Checkpointer {
                     None => drop(raw.remove(key)?),
                 }
             }
+            drop(raw);
+            let m = &self.shared.metrics;
+            m.checkpoint_entries[table.index()].fetch_add(count, Relaxed);
+            m.checkpoint_nanos[table.index()].fetch_add(nanos_since(started), Relaxed);
         }
         {
             let mut state = txn.open_table(STATE)?;
             state.insert(STATE_CHECKPOINT, last)?;
         }
+        let started = Instant::now();
         txn.commit()?;
+        self.shared
+            .metrics
+            .checkpoint_commit_nanos
+            .fetch_add(nanos_since(started), Relaxed);
         Base::open(&self.db)
     }
+}
+
+fn nanos_since(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crate::checkpoint::Shared;
 use crate::error::commit_error;
 use crate::layer::{Changes, Layer};
+use crate::tables::TABLE_COUNT;
 use crate::wal::{LogRequest, LogThread};
 use crate::write::{Hook, WriteTxn};
 
@@ -180,6 +181,13 @@ pub(crate) struct Metrics {
     pub(crate) durable_checkpoints: AtomicU64,
     pub(crate) layers_bytes: AtomicU64,
     pub(crate) writer_stalls: AtomicU64,
+    /// Per table (in [`Table::ALL`](crate::Table::ALL) order): entries checkpointed into
+    /// redb, and the time their inserts and removes took.
+    pub(crate) checkpoint_entries: [AtomicU64; TABLE_COUNT],
+    pub(crate) checkpoint_nanos: [AtomicU64; TABLE_COUNT],
+    /// Time checkpoints spent committing their redb transactions (page writes, and the sync of
+    /// durable ones).
+    pub(crate) checkpoint_commit_nanos: AtomicU64,
 }
 
 /// A snapshot of the writer's counters.
@@ -203,6 +211,25 @@ pub struct MetricsSnapshot {
     pub layers_bytes: u64,
     /// Times the writer waited for a checkpoint because the layers held `layers_bytes_max`.
     pub writer_stalls: u64,
+    /// Per table (in [`Table::ALL`](crate::Table::ALL) order): entries checkpointed into redb
+    /// (after the newest of each key was kept), and nanoseconds their inserts and removes took.
+    pub checkpoint_entries: [u64; TABLE_COUNT],
+    pub checkpoint_nanos: [u64; TABLE_COUNT],
+    /// Nanoseconds checkpoints spent committing their redb transactions.
+    pub checkpoint_commit_nanos: u64,
+}
+
+impl MetricsSnapshot {
+    /// Per table: its name, the entries checkpointed into it, and the nanoseconds that took.
+    pub fn checkpoint_tables(&self) -> impl Iterator<Item = (&'static str, u64, u64)> + '_ {
+        crate::Table::ALL.iter().map(|t| {
+            (
+                t.name(),
+                self.checkpoint_entries[t.index()],
+                self.checkpoint_nanos[t.index()],
+            )
+        })
+    }
 }
 
 impl Metrics {
@@ -219,6 +246,9 @@ impl Metrics {
             durable_checkpoints: self.durable_checkpoints.load(Relaxed),
             layers_bytes: self.layers_bytes.load(Relaxed),
             writer_stalls: self.writer_stalls.load(Relaxed),
+            checkpoint_entries: self.checkpoint_entries.each_ref().map(|a| a.load(Relaxed)),
+            checkpoint_nanos: self.checkpoint_nanos.each_ref().map(|a| a.load(Relaxed)),
+            checkpoint_commit_nanos: self.checkpoint_commit_nanos.load(Relaxed),
         }
     }
 }

@@ -66,10 +66,68 @@ fn render(db: &herald_db::Db) -> String {
             "Write jobs refused (their writes discarded).",
             m.jobs_failed,
         ),
+        (
+            "herald_storage_checkpoints_total",
+            "Checkpoints: committed batches applied to the redb file.",
+            m.checkpoints,
+        ),
+        (
+            "herald_storage_durable_checkpoints_total",
+            "Checkpoints synced to disk (the log segments they cover may go).",
+            m.durable_checkpoints,
+        ),
+        (
+            "herald_storage_writer_stalls_total",
+            "Times the writer waited for a checkpoint (in-memory layers at their bound).",
+            m.writer_stalls,
+        ),
     ] {
         family(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {v}");
     }
+    family(
+        &mut out,
+        "herald_storage_layers_bytes",
+        "gauge",
+        "Memory held by committed batches not yet checkpointed (an estimate).",
+    );
+    let _ = writeln!(out, "herald_storage_layers_bytes {}", m.layers_bytes);
+    family(
+        &mut out,
+        "herald_storage_checkpoint_entries_total",
+        "counter",
+        "Entries checkpointed into each redb table.",
+    );
+    for (t, n, _) in m.checkpoint_tables() {
+        let _ = writeln!(
+            out,
+            "herald_storage_checkpoint_entries_total{{table=\"{t}\"}} {n}"
+        );
+    }
+    family(
+        &mut out,
+        "herald_storage_checkpoint_seconds_total",
+        "counter",
+        "Time checkpoints spent writing each redb table's entries.",
+    );
+    for (t, _, ns) in m.checkpoint_tables() {
+        let _ = writeln!(
+            out,
+            "herald_storage_checkpoint_seconds_total{{table=\"{t}\"}} {}",
+            ns as f64 / 1e9
+        );
+    }
+    family(
+        &mut out,
+        "herald_storage_checkpoint_commit_seconds_total",
+        "counter",
+        "Time checkpoints spent committing redb transactions (page writes; syncs if durable).",
+    );
+    let _ = writeln!(
+        out,
+        "herald_storage_checkpoint_commit_seconds_total {}",
+        m.checkpoint_commit_nanos as f64 / 1e9
+    );
     let defs = db.triggers().defs();
     let statuses: Vec<serde_json::Value> = defs
         .iter()

@@ -151,3 +151,36 @@ async fn metrics_time_every_changes_message_from_its_commit() {
     assert!(sum > 0.0 && sum < 6.0 * 2.5, "{sum}");
     s.stop().await;
 }
+
+/// The checkpointer's work per table is on `/metrics`: it is most of a durable write's cost, so
+/// an operator (and the next optimisation) needs to see it.
+#[tokio::test]
+async fn metrics_show_what_checkpoints_wrote_per_table() {
+    let s = Server::start().await;
+    for n in 0..3 {
+        s.put(&format!("c/d{n}"), json!({"n": n})).await;
+    }
+    let docs = r#"herald_storage_checkpoint_entries_total{table="docs"}"#;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while metric(&s, docs).await < 3.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint of the 3 documents"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(metric(&s, "herald_storage_checkpoints_total").await >= 1.0);
+    // Three documents with an indexed field each.
+    let index = r#"herald_storage_checkpoint_entries_total{table="index"}"#;
+    assert!(metric(&s, index).await >= 3.0);
+    assert!(
+        metric(
+            &s,
+            r#"herald_storage_checkpoint_seconds_total{table="index"}"#
+        )
+        .await
+            > 0.0
+    );
+    assert!(metric(&s, "herald_storage_checkpoint_commit_seconds_total").await > 0.0);
+    assert!(metric(&s, "herald_storage_layers_bytes").await >= 0.0);
+}

@@ -942,3 +942,36 @@ fn a_reopened_store_has_every_batch_after_non_durable_checkpoints() {
     let store = Store::open(dir.path(), options).unwrap();
     assert!((0u32..32).all(|i| visible(&store, &i.to_be_bytes())));
 }
+
+#[test]
+fn checkpoints_count_the_entries_they_write_per_table() {
+    let (_dir, store) = checkpointing_store(3_600_000);
+    for i in 0u32..20 {
+        store
+            .submit(move |txn| {
+                txn.put(Table::Docs, i.to_be_bytes(), vec![1u8; 64])?;
+                txn.put(Table::Index, [b'a', i as u8], vec![0u8])?;
+                txn.put(Table::Index, [b'b', i as u8], vec![0u8])
+            })
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    // Every key is written once, so the counts do not depend on how many checkpoints ran.
+    store.checkpoint().unwrap();
+    let m = store.metrics();
+    let tables: Vec<(&str, u64)> = m.checkpoint_tables().map(|(t, n, _)| (t, n)).collect();
+    assert_eq!(
+        tables,
+        [
+            ("docs", 20),
+            ("index", 40),
+            ("log", 0),
+            ("meta", 0),
+            ("tasks", 0)
+        ],
+        "{m:?}"
+    );
+    let docs_and_index: u64 = m.checkpoint_tables().take(2).map(|(_, _, ns)| ns).sum();
+    assert!(docs_and_index > 0 && m.checkpoint_commit_nanos > 0, "{m:?}");
+}
