@@ -3,7 +3,8 @@
 //! Environment: `NOSYNC`, `EXEMPT_TEXT`, `EXEMPT_ALL`, `CHECKPOINT_MS`, `CHECKPOINT_MIB` and `DURABLE_MS`
 //! (the storage's checkpoint triggers), `LOG_RETENTION` (commit-log records kept), `RANDOM` (random field values, the shape `herald bench http`
 //! writes, instead of mostly constant ones) and `SECS` (default 5). Besides the rate it prints the
-//! process's CPU time per insert, which other work on the machine disturbs far less than the rate.
+//! process's CPU time per insert, which other work on the machine disturbs far less than the rate,
+//! the storage's counters, and the CPU time of the checkpointer and writer threads.
 
 use herald_db::{Db, DbOptions, Write};
 use serde_json::json;
@@ -88,6 +89,9 @@ fn main() {
     let secs = start.elapsed().as_secs_f64();
     let m = db.storage_metrics();
     println!("{m:?}");
+    for name in ["herald-checkpoi", "herald-storage-"] {
+        println!("thread {name}: {:.3} s CPU", thread_cpu_seconds(name));
+    }
     let cpu = cpu_seconds() - cpu_start;
     println!(
         "{threads} threads: {total} commits in {secs:.1}s = {:.0}/s, {:.1} us CPU per insert",
@@ -96,9 +100,30 @@ fn main() {
     );
 }
 
+/// User plus system CPU time of this process's threads named `comm` (as `/proc` truncates it).
+fn thread_cpu_seconds(comm: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    let mut total = 0.0;
+    for task in tasks.flatten() {
+        let path = task.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if name.trim_end() == comm {
+            total +=
+                stat_cpu_seconds(&std::fs::read_to_string(path.join("stat")).unwrap_or_default());
+        }
+    }
+    total
+}
+
 /// User plus system CPU time of this process so far.
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    stat_cpu_seconds(&std::fs::read_to_string("/proc/self/stat").unwrap_or_default())
+}
+
+/// utime + stime of a `/proc/.../stat` line, in seconds.
+fn stat_cpu_seconds(stat: &str) -> f64 {
     // Fields after the command name (which may hold spaces) start after the last ')'.
     let rest = stat.rsplit(')').next().unwrap_or("");
     let fields: Vec<&str> = rest.split_whitespace().collect();
