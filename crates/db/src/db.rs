@@ -367,7 +367,8 @@ impl Db {
             let mut outcome = apply(txn, writes, &mut encoded, &ctx)?;
             if let Some(id) = &mutation_id {
                 let retention = &inner.settings.mutations;
-                mutations::record(txn, id, outcome.seq, &outcome.results, now_ms, retention)?;
+                mutations::record(txn, id, outcome.seq, &outcome.results, now_ms, retention)
+                    .inspect_err(|_| inner.settings.log_prune.request_rescan())?;
             }
             // Hooks run in commit order on the writer thread, so the feed sees seqs in order.
             txn.on_commit(publish_hook(&inner, &mut outcome));
@@ -789,6 +790,43 @@ fn index_json(ci: &CompositeIndex) -> Value {
 mod tests {
     use super::*;
     use crate::write::Write;
+
+    /// A job that pruned and then failed leaves the hint past records it did not delete; a
+    /// requested rescan finds them, and the log is back to its window.
+    #[test]
+    fn a_requested_rescan_prunes_what_a_failed_job_left_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = DbOptions {
+            log_retention_count: 5,
+            log_retention_age: std::time::Duration::from_secs(3600),
+            ..DbOptions::default()
+        };
+        let db = Db::open(dir.path(), opts).unwrap();
+        let put = |i: u64| {
+            db.commit(vec![Write::Put {
+                collection: "c".into(),
+                id: "a".into(),
+                doc: json!({ "i": i }),
+                if_version: None,
+            }])
+            .unwrap()
+        };
+        for i in 0..20 {
+            put(i);
+        }
+        assert_eq!(db.log_range(0, 1000).unwrap().len(), 5);
+        db.inner.settings.log_prune.skip_ahead(3);
+        for i in 20..30 {
+            put(i);
+        }
+        // Three records below the hint stay behind...
+        assert_eq!(db.log_range(0, 1000).unwrap().len(), 8);
+        // ...until a rescan.
+        db.inner.settings.log_prune.request_rescan();
+        let last = put(30).seq;
+        assert_eq!(db.log_first().unwrap(), Some(last - 4));
+        assert_eq!(db.log_range(0, 1000).unwrap().len(), 5);
+    }
 
     /// A store from before strings were cut (commits, but no catalog) keeps whole strings in
     /// its index entries after an upgrade: its existing entries are found, new ones match them.
