@@ -31,7 +31,7 @@ pub mod workload;
 
 use load::{Mode, Step};
 use report::{BurstResult, LoadResult, ModeResult, SatResult};
-use rig::{run_phase, Ran, Rig};
+use rig::{run_open_loop, Ran, Rig};
 use search::SearchOptions;
 use serde_json::json;
 use std::sync::atomic::Ordering;
@@ -129,16 +129,8 @@ async fn run_mode(
         rate: load_rate,
         secs: opts.secs,
     }];
-    let (ran, start_us) = run_phase(
-        &rig,
-        &format!("{m}-load"),
-        opts,
-        graph,
-        tick,
-        |p| async move { load::open_loop(&p, &steps).await },
-    )
-    .await?;
-    rig.check_alive()?;
+    let (ran, start_us) =
+        run_open_loop(&mut rig, &format!("{m}-load"), opts, graph, tick, &steps).await?;
     let load = LoadResult::from_run(&ran, load_rate, opts.secs, start_us);
 
     let [a, b, c] = opts.burst_secs;
@@ -162,16 +154,8 @@ async fn run_mode(
             secs: c,
         },
     ];
-    let (ran, start_us) = run_phase(
-        &rig,
-        &format!("{m}-burst"),
-        opts,
-        graph,
-        tick,
-        |p| async move { load::open_loop(&p, &steps).await },
-    )
-    .await?;
-    rig.check_alive()?;
+    let (ran, start_us) =
+        run_open_loop(&mut rig, &format!("{m}-burst"), opts, graph, tick, &steps).await?;
     let burst = BurstResult::from_run(&ran, rate, opts.burst_secs, opts.interval_secs, start_us);
     drop(rig);
     Ok(ModeResult {

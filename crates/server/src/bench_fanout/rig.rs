@@ -165,3 +165,22 @@ where
         out,
     ))
 }
+
+/// An open-loop phase on the schedule `steps` ([`run_phase`] with [`load::open_loop`]), then a
+/// check that every process survived it. Returns what it left and the schedule's start.
+pub async fn run_open_loop(
+    rig: &mut Rig,
+    run: &str,
+    opts: &FanoutOptions,
+    graph: &Graph,
+    tick: f64,
+    steps: &[load::Step],
+) -> Result<(Ran, u64), String> {
+    let steps = steps.to_vec();
+    let (ran, start_us) = run_phase(rig, run, opts, graph, tick, |p| async move {
+        load::open_loop(&p, &steps).await
+    })
+    .await?;
+    rig.check_alive()?;
+    Ok((ran, start_us))
+}

@@ -10,7 +10,7 @@
 //! work), with no errors and no wrong timelines.
 
 use super::report::SatResult;
-use super::rig::{run_phase, Rig};
+use super::rig::{run_open_loop, Rig};
 use super::stats::{self, Dist};
 use super::tracker::Slot;
 use super::workload::Graph;
@@ -130,16 +130,8 @@ async fn probe(
     let secs = opts.search.secs;
     eprintln!("herald bench fanout: {m}: saturation probe {n}: {rate:.1} tweets/s for {secs} s");
     let steps = [load::Step { rate, secs }];
-    let (ran, start_us) = run_phase(
-        rig,
-        &format!("{m}-sat{n}"),
-        opts,
-        graph,
-        tick,
-        |p| async move { load::open_loop(&p, &steps).await },
-    )
-    .await?;
-    rig.check_alive()?;
+    let (ran, start_us) =
+        run_open_loop(rig, &format!("{m}-sat{n}"), opts, graph, tick, &steps).await?;
     let slots = ran.tracker.slots();
     let end_us = start_us + (secs * 1e6) as u64;
     let completed = slots
