@@ -13,8 +13,11 @@ use std::time::Instant;
 
 use redb::{ReadOnlyTable, ReadableDatabase, ReadableTableMetadata};
 
-use crate::merge::Merged;
-use crate::tables::{self, KeyBounds, Table, TABLE_COUNT};
+use std::ops::Bound;
+
+use crate::merge::{BaseRange, Merged, Source};
+use crate::runs::{self, RunCache, RunMeta, RunRange};
+use crate::tables::{self, KeyBounds, Table, RUN_BLOCKS, RUN_META, TABLE_COUNT};
 use crate::StorageError;
 
 /// One table's pending changes: key -> `Some(value)` for a put, `None` for a delete.
@@ -247,17 +250,27 @@ pub(crate) fn key_hash(key: &[u8]) -> u64 {
 pub(crate) struct Base {
     // Declared before `_txn` so the tables drop first.
     tables: Vec<RawTable>,
+    /// The index runs of this transaction, oldest first, and the table of their blocks.
+    pub(crate) runs: Vec<Arc<RunMeta>>,
+    pub(crate) run_blocks: RawTable,
     _txn: redb::ReadTransaction,
 }
 
 impl Base {
-    pub(crate) fn open(db: &redb::Database) -> Result<Base, StorageError> {
+    pub(crate) fn open(db: &redb::Database, cache: &RunCache) -> Result<Base, StorageError> {
         let txn = db.begin_read()?;
         let tables = Table::ALL
             .iter()
             .map(|t| txn.open_table(t.definition()))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Base { tables, _txn: txn })
+        let runs = cache.load(&txn.open_table(RUN_META)?)?;
+        let run_blocks = txn.open_table(RUN_BLOCKS)?;
+        Ok(Base {
+            tables,
+            runs,
+            run_blocks,
+            _txn: txn,
+        })
     }
 
     fn table(&self, table: Table) -> &RawTable {
@@ -293,6 +306,11 @@ impl Snapshot {
                 }
             }
         }
+        if table == Table::Index {
+            if let Some(found) = runs::get(&self.base.run_blocks, &self.base.runs, key)? {
+                return Ok(found);
+            }
+        }
         let found = self.base.table(table).get(key)?;
         Ok(found.map(|guard| guard.value().to_vec()))
     }
@@ -308,18 +326,33 @@ impl Snapshot {
         if tables::is_empty_range(&bounds) {
             return Ok(Merged::empty());
         }
-        let base = self.base.table(table).range::<&[u8]>(bounds)?;
+        let mut sources = vec![Source::Redb(BaseRange::new(
+            self.base.table(table).range::<&[u8]>(bounds)?,
+        ))];
+        if table == Table::Index {
+            let blocks = &self.base.run_blocks;
+            sources.extend(self.base.runs.iter().filter_map(|run| {
+                let range = RunRange::new(blocks, run.clone(), bounds);
+                (!range.is_empty()).then_some(Source::Run(range))
+            }));
+        }
         let maps = self
             .layers
             .iter()
             .map(|layer| layer.changes.table(table))
             .chain(newer.iter().copied());
-        Ok(Merged::new(base, maps, bounds))
+        Ok(Merged::new(sources, maps, bounds))
     }
 
     /// The number of entries in `table`: redb's count (constant time) corrected by every key
     /// the layers mention, which costs one redb lookup per such key.
+    /// Index runs have no count: for [`Table::Index`] this scans the whole table.
     pub(crate) fn len(&self, table: Table) -> Result<u64, StorageError> {
+        if table == Table::Index {
+            let all = self.merged(table, (Bound::Unbounded, Bound::Unbounded), &[])?;
+            let mut all = crate::ReadRange::from_merged(all);
+            return all.try_fold(0, |n, entry| entry.map(|_| n + 1));
+        }
         let raw = self.base.table(table);
         let mut newest: BTreeMap<&[u8], bool> = BTreeMap::new();
         for layer in self.layers.iter().rev() {

@@ -166,6 +166,7 @@ mod error;
 mod layer;
 mod merge;
 mod read;
+mod runs;
 mod store;
 mod tables;
 mod wal;

@@ -1,10 +1,10 @@
-//! [`Merged`]: one key range read across several levels at once (redb's entries under any
-//! number of in-memory change maps, oldest first), lazily and from either end. It is what both
+//! [`Merged`]: one key range read across several levels at once (redb's entries and the index
+//! runs, under any number of in-memory change maps, oldest first), lazily and from either end. It is what both
 //! [`ReadRange`](crate::ReadRange) and [`WriteRange`](crate::WriteRange) iterate.
 //!
 //! Each step buffers the next key of every level at the end being read and yields the smallest
 //! (front) or largest (back); on equal keys the newest level wins and the older entries are
-//! skipped. A `None` value in a map is a delete: it hides older entries and yields nothing.
+//! skipped. A `None` value in a map or a run is a delete: it hides older entries and yields nothing.
 //! A map is only searched once the scan reaches its smallest key (front) or largest key
 //! (back), so a scan that stops early (the first log record, say) does not pay for every layer.
 //! A step costs one comparison per level that is still in play.
@@ -14,6 +14,7 @@ use std::ops::Bound;
 
 use crate::layer::TableMap;
 use crate::read::Entry;
+use crate::runs::RunRange;
 use crate::tables::{self, KeyBounds};
 use crate::StorageError;
 
@@ -25,9 +26,10 @@ type OwnedBounds = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 /// a scan that silently omits data is worse than one that stops.
 pub(crate) struct Merged<'a> {
     bounds: OwnedBounds,
-    // `None` once exhausted.
-    base: Option<Ends<BaseRange<'a>>>,
-    // Oldest first; exhausted maps are dropped as they run dry.
+    // The stored levels (redb's B-tree, then index runs), oldest first; exhausted ones are
+    // dropped as they run dry.
+    bases: Vec<Ends<Source<'a>>>,
+    // Newer than every base, oldest first; exhausted maps are dropped as they run dry.
     maps: Vec<Level<'a>>,
     failed: bool,
 }
@@ -36,6 +38,36 @@ pub(crate) struct Merged<'a> {
 enum Level<'a> {
     Unopened(&'a TableMap),
     Open(Ends<MapRange<'a>>),
+}
+
+/// One stored level: redb's entries or one index run's (which may hold deletes).
+pub(crate) enum Source<'a> {
+    Redb(BaseRange<'a>),
+    Run(RunRange<'a>),
+}
+
+type SourceItem = Result<(Vec<u8>, Option<Vec<u8>>), StorageError>;
+
+impl Iterator for Source<'_> {
+    type Item = SourceItem;
+
+    fn next(&mut self) -> Option<SourceItem> {
+        match self {
+            Source::Redb(range) => range.next().map(|item| item.map(|(k, v)| (k, Some(v)))),
+            Source::Run(range) => range.next(),
+        }
+    }
+}
+
+impl DoubleEndedIterator for Source<'_> {
+    fn next_back(&mut self) -> Option<SourceItem> {
+        match self {
+            Source::Redb(range) => range
+                .next_back()
+                .map(|item| item.map(|(k, v)| (k, Some(v)))),
+            Source::Run(range) => range.next_back(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -58,19 +90,20 @@ impl Side {
 #[derive(Clone, Copy)]
 enum Frontier<'a> {
     None,
-    Base,
+    Base(usize),
     Key(&'a [u8]),
 }
 
 enum Winner {
-    Base,
+    Base(usize),
     Map(usize),
 }
 
 impl<'a> Merged<'a> {
-    /// Merges `base` (already limited to `bounds`) with `maps` (oldest first).
+    /// Merges `bases` (stored levels already limited to `bounds`, oldest first) with `maps`
+    /// (oldest first, all newer than the bases).
     pub(crate) fn new(
-        base: RawRange<'a>,
+        bases: Vec<Source<'a>>,
         maps: impl Iterator<Item = &'a TableMap>,
         bounds: KeyBounds<'_>,
     ) -> Self {
@@ -80,7 +113,7 @@ impl<'a> Merged<'a> {
             .collect();
         Merged {
             bounds: (bounds.0.map(<[u8]>::to_vec), bounds.1.map(<[u8]>::to_vec)),
-            base: Some(Ends::new(BaseRange { inner: Some(base) })),
+            bases: bases.into_iter().map(Ends::new).collect(),
             maps,
             failed: false,
         }
@@ -89,14 +122,14 @@ impl<'a> Merged<'a> {
     pub(crate) fn empty() -> Self {
         Merged {
             bounds: (Bound::Unbounded, Bound::Unbounded),
-            base: None,
+            bases: Vec::new(),
             maps: Vec::new(),
             failed: false,
         }
     }
 
-    fn base_key(&self, side: Side) -> Option<&[u8]> {
-        match self.base.as_ref()?.peeked(side)? {
+    fn base_key(&self, i: usize, side: Side) -> Option<&[u8]> {
+        match self.bases[i].peeked(side)? {
             Ok((key, _)) => Some(key),
             Err(_) => None,
         }
@@ -105,7 +138,7 @@ impl<'a> Merged<'a> {
     fn frontier_key(&self, frontier: Frontier<'a>, side: Side) -> Option<&[u8]> {
         match frontier {
             Frontier::None => None,
-            Frontier::Base => self.base_key(side),
+            Frontier::Base(i) => self.base_key(i, side),
             Frontier::Key(key) => Some(key),
         }
     }
@@ -117,19 +150,21 @@ impl<'a> Merged<'a> {
             }
             // Buffer the next item of every open level at this end; forget exhausted levels
             // (a level with nothing at one end has nothing left at all).
-            let mut base_done = false;
-            if let Some(base) = &mut self.base {
-                match base.peek(side) {
-                    None => base_done = true,
+            let mut i = 0;
+            while i < self.bases.len() {
+                match self.bases[i].peek(side) {
+                    None => {
+                        self.bases.remove(i);
+                    }
                     Some(Err(_)) => {
                         self.failed = true;
-                        return base.take(side);
+                        return match self.bases[i].take(side)? {
+                            Err(err) => Some(Err(err)),
+                            Ok(_) => unreachable!("peeked an error"),
+                        };
                     }
-                    Some(Ok(_)) => {}
+                    Some(Ok(_)) => i += 1,
                 }
-            }
-            if base_done {
-                self.base = None;
             }
             self.maps.retain_mut(|level| match level {
                 Level::Unopened(_) => true,
@@ -137,11 +172,17 @@ impl<'a> Merged<'a> {
             });
 
             // The frontier among the open levels...
-            let mut frontier = if self.base.is_some() {
-                Frontier::Base
-            } else {
-                Frontier::None
-            };
+            let mut frontier = Frontier::None;
+            for i in 0..self.bases.len() {
+                let key = self.base_key(i, side).expect("open bases have an item");
+                let closer = match self.frontier_key(frontier, side) {
+                    None => true,
+                    Some(best) => side.no_later(key, best),
+                };
+                if closer {
+                    frontier = Frontier::Base(i);
+                }
+            }
             for level in &self.maps {
                 if let Level::Open(ends) = level {
                     let (key, _) = ends.peeked(side).expect("open levels have an item");
@@ -196,15 +237,20 @@ impl<'a> Merged<'a> {
             }
 
             // The winner: the open level whose key is the frontier, the newest on a tie (the
-            // unopened ones all lie beyond it).
+            // unopened ones all lie beyond it; maps are newer than bases).
             let winner = {
-                let mut best: Option<(Winner, &[u8])> =
-                    self.base_key(side).map(|k| (Winner::Base, k));
+                let mut best: Option<(Winner, &[u8])> = None;
+                for i in 0..self.bases.len() {
+                    let key = self.base_key(i, side).expect("open bases have an item");
+                    // `no_later` is inclusive: on a tie the later (newer) level takes over.
+                    if best.as_ref().is_none_or(|(_, b)| side.no_later(key, b)) {
+                        best = Some((Winner::Base(i), key));
+                    }
+                }
                 for (i, level) in self.maps.iter().enumerate() {
                     let Level::Open(ends) = level else { continue };
                     let (key, _) = ends.peeked(side).expect("open levels have an item");
                     let key = key.as_slice();
-                    // `no_later` is inclusive: on a tie the later (newer) level takes over.
                     if best.as_ref().is_none_or(|(_, b)| side.no_later(key, b)) {
                         best = Some((Winner::Map(i), key));
                     }
@@ -215,33 +261,42 @@ impl<'a> Merged<'a> {
                 }
             };
 
-            let i = match winner {
-                // Only a key that no map holds goes to redb (maps win ties).
-                Winner::Base => return self.base.as_mut()?.take(side),
-                Winner::Map(i) => i,
-            };
-            let Level::Open(ends) = &mut self.maps[i] else {
-                unreachable!("the winner is open")
-            };
-            let (key, value) = ends.take(side).expect("peeked");
-            // Older levels' entries for the same key are hidden by this one.
-            for level in &mut self.maps {
-                if let Level::Open(ends) = level {
-                    if ends.peeked(side).is_some_and(|(k, _)| *k == key) {
-                        ends.take(side);
+            let (key, value): (Vec<u8>, Option<Vec<u8>>) = match winner {
+                Winner::Base(i) => match self.bases[i].take(side)? {
+                    Ok(entry) => entry,
+                    Err(err) => {
+                        self.failed = true;
+                        return Some(Err(err));
                     }
+                },
+                Winner::Map(i) => {
+                    let Level::Open(ends) = &mut self.maps[i] else {
+                        unreachable!("the winner is open")
+                    };
+                    let (key, value) = ends.take(side).expect("peeked");
+                    let key = key.clone();
+                    // Older maps' entries for the same key are hidden by this one.
+                    for level in &mut self.maps {
+                        if let Level::Open(ends) = level {
+                            if ends.peeked(side).is_some_and(|(k, _)| **k == key) {
+                                ends.take(side);
+                            }
+                        }
+                    }
+                    (key, value.clone())
                 }
-            }
-            if let Some(base) = &mut self.base {
+            };
+            // Older stored levels' entries for the same key are hidden too.
+            for base in &mut self.bases {
                 if base
                     .peeked(side)
-                    .is_some_and(|item| matches!(item, Ok((k, _)) if k == key))
+                    .is_some_and(|item| matches!(item, Ok((k, _)) if *k == key))
                 {
                     base.take(side);
                 }
             }
             if let Some(value) = value {
-                return Some(Ok((key.clone(), value.clone())));
+                return Some(Ok((key, value)));
             }
             // A delete: it yields nothing; go on to the next key.
         }
@@ -267,7 +322,7 @@ fn may_overlap(map: &TableMap, bounds: &KeyBounds<'_>) -> bool {
 }
 
 /// redb's entries as owned pairs; stops after the first error.
-struct BaseRange<'a> {
+pub(crate) struct BaseRange<'a> {
     // `None` once exhausted or after an error.
     inner: Option<RawRange<'a>>,
 }
@@ -281,6 +336,10 @@ type RawItem<'a> = Result<
 >;
 
 impl<'a> BaseRange<'a> {
+    pub(crate) fn new(inner: RawRange<'a>) -> Self {
+        BaseRange { inner: Some(inner) }
+    }
+
     fn step(&mut self, item: Option<RawItem<'a>>) -> Option<Result<Entry, StorageError>> {
         match item {
             Some(Ok((key, value))) => Some(Ok((key.value().to_vec(), value.value().to_vec()))),

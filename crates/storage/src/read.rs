@@ -84,6 +84,12 @@ pub struct ReadRange<'a> {
     inner: Merged<'a>,
 }
 
+impl<'a> ReadRange<'a> {
+    pub(crate) fn from_merged(inner: Merged<'a>) -> Self {
+        ReadRange { inner }
+    }
+}
+
 impl Iterator for ReadRange<'_> {
     type Item = Result<Entry, StorageError>;
 

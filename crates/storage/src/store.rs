@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::checkpoint::{Checkpointer, Limits, Shared};
 use crate::layer::Base;
 use crate::read::ReadTxn;
-use crate::tables::{Table, FORMAT_VERSION, STATE, STATE_FORMAT};
+use crate::tables::{Table, FORMAT_VERSION, RUN_BLOCKS, RUN_META, STATE, STATE_FORMAT};
 use crate::wal::{self, LogThread, Segments, Wal, WalWriter};
 use crate::write::WriteTxn;
 use crate::writer::{BackgroundJob, Job, Metrics, MetricsSnapshot, Msg, Ticket, TypedJob, Writer};
@@ -54,6 +54,8 @@ impl Store {
             .set_cache_size(options.cache_bytes_max)
             .create(dir.join(FILE_NAME))?;
         create_tables(&db)?;
+        // Before the log's replay, which writes index runs newer than what the B-tree holds.
+        crate::runs::upgrade_index_table(&db)?;
         let last_batch = wal::recover(&db, dir)?;
         let segments = Segments::new(dir);
         crate::wal::remove_stale_spare(dir)?;
@@ -104,7 +106,8 @@ impl Store {
             layers_bytes_max: options.layers_bytes_max,
             durable_interval: Duration::from_millis(options.durable_checkpoint_interval_ms),
         };
-        let shared = Shared::new(Base::open(&db)?, limits, metrics.clone());
+        let runs = Arc::new(crate::runs::RunCache::default());
+        let shared = Shared::new(Base::open(&db, &runs)?, limits, metrics.clone());
         let (queue, receiver) = mpsc::sync_channel(options.write_queue_max);
         let (background, background_rx) = mpsc::sync_channel(options.background_queue_max);
         let writer_sleeping = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -133,6 +136,7 @@ impl Store {
             shared: shared.clone(),
             db,
             segments,
+            runs,
         };
         let checkpointer = std::thread::Builder::new()
             .name("herald-checkpoint".into())
@@ -317,6 +321,8 @@ fn create_tables(db: &redb::Database) -> Result<(), StorageError> {
     for table in Table::ALL {
         txn.open_table(table.definition())?;
     }
+    txn.open_table(RUN_BLOCKS)?;
+    txn.open_table(RUN_META)?;
     {
         let mut state = txn.open_table(STATE)?;
         let found = state.get(STATE_FORMAT)?.map(|g| g.value());

@@ -65,6 +65,12 @@ impl Table {
 /// Every table has byte-string keys and values.
 pub(crate) type Def = TableDefinition<'static, &'static [u8], &'static [u8]>;
 
+/// The blocks of the index runs (`runs.rs`): key = run file number and block number.
+pub(crate) const RUN_BLOCKS: Def = TableDefinition::new("index_run_blocks");
+
+/// The index runs' metadata: key = the run's order (big-endian u64), value = `RunMeta`.
+pub(crate) const RUN_META: Def = TableDefinition::new("index_runs");
+
 /// The storage layer's own bookkeeping, beside the user tables: [`STATE_CHECKPOINT`] and
 /// [`STATE_FORMAT`].
 pub(crate) const STATE: TableDefinition<'static, &'static str, u64> =
@@ -73,16 +79,21 @@ pub(crate) const STATE: TableDefinition<'static, &'static str, u64> =
 /// The number of the last write-ahead-log batch applied to redb.
 pub(crate) const STATE_CHECKPOINT: &str = "checkpointed_batch";
 
+/// The next index run file number (and order).
+pub(crate) const STATE_NEXT_RUN: &str = "next_run";
+
 /// The store's on-disk format version, written when a store is created or first opened by a
 /// build that knows it.
 pub(crate) const STATE_FORMAT: &str = "format";
 
-/// The format this build writes and reads: 2 = redb plus a write-ahead log that may hold
-/// acknowledged batches not yet in redb. (Format 1, redb alone with every batch a redb
+/// The format this build writes and reads: 3 = redb plus a write-ahead log that may hold
+/// acknowledged batches not yet in redb, with the `index` table's entries in index runs (its
+/// B-tree stays empty). Format 2 kept index entries in the B-tree; opening one moves them into
+/// a run. (Format 1, redb alone with every batch a redb
 /// transaction, had no marker; a store without one is format 1 and is upgraded in place,
 /// which is safe because format 1 never leaves a log behind.) A build refuses a store whose
 /// format is newer than it knows, so it can never ignore a log it does not understand.
-pub const FORMAT_VERSION: u64 = 2;
+pub const FORMAT_VERSION: u64 = 3;
 
 /// A key range with borrowed bounds, the form both redb and `BTreeMap` accept.
 pub(crate) type KeyBounds<'k> = (Bound<&'k [u8]>, Bound<&'k [u8]>);

@@ -225,6 +225,7 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
         return Ok(checkpointed);
     }
     let mut last = checkpointed;
+    let mut index = crate::layer::TableMap::new();
     let mut txn = db.begin_write()?;
     txn.set_quick_repair(true);
     {
@@ -247,6 +248,12 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
                 }
                 if record.batch == last + 1 {
                     decode(record.body, |table, key, value| {
+                        if table == Table::Index {
+                            // Into one run after the replay (index entries are not B-tree
+                            // entries any more); newer batches overwrite older ones here.
+                            index.insert(key.to_vec(), value.map(<[u8]>::to_vec));
+                            return Ok(());
+                        }
                         let raw = &mut tables[table.index()];
                         match value {
                             Some(value) => drop(raw.insert(key, value)?),
@@ -279,6 +286,12 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
         state.insert(STATE_CHECKPOINT, last)?;
         debug_assert_eq!(tables.len(), TABLE_COUNT);
     }
+    // Level 0, like any checkpoint's run: levels never grow towards newer runs.
+    crate::runs::append(
+        &txn,
+        index.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
+        0,
+    )?;
     txn.commit()?;
     for path in &segments {
         fs::remove_file(path)?;

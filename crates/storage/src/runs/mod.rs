@@ -1,0 +1,476 @@
+//! Index runs: the `index` table's entries as immutable sorted runs of compressed blocks in
+//! two redb tables, instead of one B-tree entry each (docs/storage.md, "Index runs").
+//!
+//! Why: a checkpoint inserted every index entry into redb's B-tree one by one, 1-3 us each on
+//! random leaves, ~11 per ~1 KB document; that was about half the checkpointer's CPU and most of
+//! the pages its durable commits wrote. A checkpoint now writes its index entries (already
+//! sorted) as one new run: a few 16 KiB values appended to `index_run_blocks`, one metadata
+//! value in `index_runs`. Runs of one level are merged into one run of the next level once
+//! there are [`MERGE_WIDTH`] of them (tiered merging), so each entry is rewritten about once
+//! per level and a read looks at a few runs per level.
+//!
+//! Invariants:
+//! - A run never changes once written. Runs are ordered by `order`: where two runs hold the
+//!   same key, the one with the higher order is newer and wins; a delete entry hides older
+//!   runs' entries.
+//! - Runs are written and replaced only inside redb write transactions (a checkpoint, a merge,
+//!   recovery), so a crash leaves either the old run set or the new one, and a reader holding a
+//!   read transaction keeps seeing exactly the runs (and blocks) of its transaction.
+//! - A merged run takes the order of the newest run it replaces, so it sits exactly where its
+//!   inputs sat relative to every other run. Deletes are dropped only when a merge includes the
+//!   oldest run (nothing older is left for them to hide).
+//! - Levels never increase from the oldest run to the newest, so the newest runs of the top
+//!   level are always adjacent: merges only ever combine adjacent runs.
+
+pub(crate) mod block;
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use redb::{ReadOnlyTable, ReadableTable, ReadableTableMetadata, WriteTransaction};
+
+use crate::tables::{KeyBounds, RUN_BLOCKS, RUN_META, STATE, STATE_NEXT_RUN};
+use crate::StorageError;
+use block::{corrupt, BlockCursor, BlockWriter, RunValue};
+pub(crate) use block::RunMeta;
+
+/// How many runs of one level are merged into one run of the next.
+pub(crate) const MERGE_WIDTH: usize = 4;
+
+type RawTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
+type WriteTable<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
+
+/// The key of a run's block: the run's file number, then the block's number, big-endian.
+fn block_key(file: u64, block: usize) -> [u8; 12] {
+    let mut key = [0; 12];
+    key[..8].copy_from_slice(&file.to_be_bytes());
+    key[8..].copy_from_slice(&(block as u32).to_be_bytes());
+    key
+}
+
+fn load_block(blocks: &RawTable, run: &RunMeta, block: usize) -> Result<Vec<u8>, StorageError> {
+    let found = blocks.get(block_key(run.file, block).as_slice())?;
+    let guard = found.ok_or_else(|| corrupt(&format!("block {block} of run {} is missing", run.file)))?;
+    Ok(guard.value().to_vec())
+}
+
+/// Parsed run metadata by file number, shared by every snapshot: the metadata of a run never
+/// changes, and parsing a large run's block index at every checkpoint would be waste.
+#[derive(Default)]
+pub(crate) struct RunCache {
+    runs: Mutex<HashMap<u64, Arc<RunMeta>>>,
+}
+
+impl RunCache {
+    /// The runs listed in `meta`, oldest first; forgets cached runs no longer listed.
+    pub(crate) fn load(&self, meta: &RawTable) -> Result<Vec<Arc<RunMeta>>, StorageError> {
+        let mut cache = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut runs = Vec::new();
+        for item in meta.iter()? {
+            let (key, value) = item?;
+            let order = crate::tables::decode_u64(key.value())?;
+            let file = RunMeta::decode_file(value.value())?;
+            let run = match cache.get(&file) {
+                Some(run) if run.order == order => run.clone(),
+                _ => {
+                    let run = Arc::new(RunMeta::decode(order, value.value())?);
+                    cache.insert(file, run.clone());
+                    run
+                }
+            };
+            runs.push(run);
+        }
+        if cache.len() > runs.len() {
+            cache.retain(|file, _| runs.iter().any(|r| r.file == *file));
+        }
+        Ok(runs)
+    }
+}
+
+/// What `runs` (oldest first) say about `key`: the newest run that holds it decides.
+/// `None` if no run mentions it, `Some(None)` if the newest mention is a delete.
+pub(crate) fn get(
+    blocks: &RawTable,
+    runs: &[Arc<RunMeta>],
+    key: &[u8],
+) -> Result<Option<RunValue>, StorageError> {
+    for run in runs.iter().rev() {
+        if key < run.first_keys[0].as_slice() || key > run.last_key.as_slice() {
+            continue;
+        }
+        let block = run.first_keys.partition_point(|first| first.as_slice() <= key) - 1;
+        let mut cursor = BlockCursor::new(load_block(blocks, run, block)?);
+        while let Some((k, v)) = cursor.next_entry()? {
+            match k.cmp(key) {
+                std::cmp::Ordering::Less => continue,
+                std::cmp::Ordering::Equal => return Ok(Some(v.map(<[u8]>::to_vec))),
+                std::cmp::Ordering::Greater => break,
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn after_start(key: &[u8], start: &Bound<Vec<u8>>) -> bool {
+    match start {
+        Bound::Included(s) => key >= s.as_slice(),
+        Bound::Excluded(s) => key > s.as_slice(),
+        Bound::Unbounded => true,
+    }
+}
+
+fn before_end(key: &[u8], end: &Bound<Vec<u8>>) -> bool {
+    match end {
+        Bound::Included(e) => key <= e.as_slice(),
+        Bound::Excluded(e) => key < e.as_slice(),
+        Bound::Unbounded => true,
+    }
+}
+
+/// One run's entries within a key range, lazily and from either end: blocks are read as the
+/// scan reaches them; from the front they decode one entry at a time, from the back a block at
+/// a time (prefix compression only decodes forwards). Stops after the first error.
+pub(crate) struct RunRange<'a> {
+    blocks: &'a RawTable,
+    run: Arc<RunMeta>,
+    start: Bound<Vec<u8>>,
+    end: Bound<Vec<u8>>,
+    /// Blocks `lo..hi` are not yet read from either end.
+    lo: usize,
+    hi: usize,
+    front: Option<BlockCursor>,
+    /// Entries decoded from the back, all within the range.
+    back: VecDeque<(Vec<u8>, RunValue)>,
+    done: bool,
+}
+
+type RunItem = Result<(Vec<u8>, RunValue), StorageError>;
+
+impl<'a> RunRange<'a> {
+    pub(crate) fn new(blocks: &'a RawTable, run: Arc<RunMeta>, bounds: KeyBounds<'_>) -> Self {
+        let firsts = &run.first_keys;
+        let lo = match bounds.0 {
+            Bound::Unbounded => 0,
+            Bound::Included(s) | Bound::Excluded(s) => {
+                firsts.partition_point(|f| f.as_slice() <= s).saturating_sub(1)
+            }
+        };
+        let hi = match bounds.1 {
+            Bound::Unbounded => firsts.len(),
+            Bound::Included(e) => firsts.partition_point(|f| f.as_slice() <= e),
+            Bound::Excluded(e) => firsts.partition_point(|f| f.as_slice() < e),
+        };
+        RunRange {
+            blocks,
+            start: bounds.0.map(<[u8]>::to_vec),
+            end: bounds.1.map(<[u8]>::to_vec),
+            done: lo >= hi,
+            lo,
+            hi,
+            run,
+            front: None,
+            back: VecDeque::new(),
+        }
+    }
+
+    /// True when no block of the run can hold a key of the range.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.done
+    }
+
+    fn fail(&mut self, err: StorageError) -> Option<RunItem> {
+        self.done = true;
+        Some(Err(err))
+    }
+
+    fn in_range(&self, key: &[u8]) -> bool {
+        after_start(key, &self.start) && before_end(key, &self.end)
+    }
+}
+
+impl Iterator for RunRange<'_> {
+    type Item = RunItem;
+
+    fn next(&mut self) -> Option<RunItem> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(cursor) = &mut self.front {
+                match cursor.next_entry() {
+                    Err(err) => return self.fail(err),
+                    Ok(Some((key, value))) => {
+                        if !after_start(key, &self.start) {
+                            continue;
+                        }
+                        if !before_end(key, &self.end) {
+                            // Sorted: nothing after this is in range either.
+                            self.done = true;
+                            return None;
+                        }
+                        return Some(Ok((key.to_vec(), value.map(<[u8]>::to_vec))));
+                    }
+                    Ok(None) => self.front = None,
+                }
+            }
+            if self.lo < self.hi {
+                match load_block(self.blocks, &self.run, self.lo) {
+                    Ok(data) => self.front = Some(BlockCursor::new(data)),
+                    Err(err) => return self.fail(err),
+                }
+                self.lo += 1;
+                continue;
+            }
+            let next = self.back.pop_front();
+            if next.is_none() {
+                self.done = true;
+            }
+            return next.map(Ok);
+        }
+    }
+}
+
+impl DoubleEndedIterator for RunRange<'_> {
+    fn next_back(&mut self) -> Option<RunItem> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(entry) = self.back.pop_back() {
+                return Some(Ok(entry));
+            }
+            let rest = if self.lo < self.hi {
+                self.hi -= 1;
+                load_block(self.blocks, &self.run, self.hi).and_then(|d| BlockCursor::new(d).rest())
+            } else if let Some(mut cursor) = self.front.take() {
+                cursor.rest()
+            } else {
+                self.done = true;
+                return None;
+            };
+            match rest {
+                Ok(entries) => {
+                    let kept = entries.into_iter().filter(|(k, _)| self.in_range(k));
+                    self.back = kept.collect();
+                }
+                Err(err) => return self.fail(err),
+            }
+        }
+    }
+}
+
+/// Writes one run's blocks into a write transaction; [`RunWriter::finish`] lists it.
+pub(crate) struct RunWriter<'t, 'x> {
+    blocks: &'t mut WriteTable<'x>,
+    file: u64,
+    block: BlockWriter,
+    first_keys: Vec<Vec<u8>>,
+    last_key: Vec<u8>,
+    entries: u64,
+    bytes: u64,
+}
+
+impl<'t, 'x> RunWriter<'t, 'x> {
+    pub(crate) fn new(blocks: &'t mut WriteTable<'x>, file: u64) -> Self {
+        RunWriter {
+            blocks,
+            file,
+            block: BlockWriter::default(),
+            first_keys: Vec::new(),
+            last_key: Vec::new(),
+            entries: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Appends an entry; keys must strictly increase.
+    pub(crate) fn push(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), StorageError> {
+        if self.block.is_empty() {
+            self.first_keys.push(key.to_vec());
+        }
+        self.block.push(key, value);
+        self.entries += 1;
+        if self.block.is_full() {
+            self.flush()?;
+        }
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), StorageError> {
+        let data = self.block.take();
+        self.bytes += data.len() as u64;
+        let key = block_key(self.file, self.first_keys.len() - 1);
+        self.blocks.insert(key.as_slice(), data.as_slice())?;
+        Ok(())
+    }
+
+    /// Writes the last block; the run's metadata, or `None` if it has no entries.
+    fn finish(mut self, order: u64, level: u32) -> Result<Option<RunMeta>, StorageError> {
+        if !self.block.is_empty() {
+            self.flush()?;
+        }
+        if self.entries == 0 {
+            return Ok(None);
+        }
+        Ok(Some(RunMeta {
+            order,
+            file: self.file,
+            level,
+            entries: self.entries,
+            bytes: self.bytes,
+            first_keys: self.first_keys,
+            last_key: self.last_key,
+        }))
+    }
+}
+
+/// Takes the next run file number from the store's state (orders come from the same counter).
+fn next_number(txn: &WriteTransaction) -> Result<u64, StorageError> {
+    let mut state = txn.open_table(STATE)?;
+    let next = state.get(STATE_NEXT_RUN)?.map_or(1, |g| g.value());
+    state.insert(STATE_NEXT_RUN, next + 1)?;
+    Ok(next)
+}
+
+/// Writes `entries` (strictly increasing keys; `None` values are deletes) as a new run, newer
+/// than every run so far, at `level`. Returns its metadata (`None` if there were no entries).
+pub(crate) fn append<'e>(
+    txn: &WriteTransaction,
+    entries: impl IntoIterator<Item = (&'e [u8], Option<&'e [u8]>)>,
+    level: u32,
+) -> Result<Option<RunMeta>, StorageError> {
+    let number = next_number(txn)?;
+    let mut blocks = txn.open_table(RUN_BLOCKS)?;
+    let mut writer = RunWriter::new(&mut blocks, number);
+    for (key, value) in entries {
+        writer.push(key, value)?;
+    }
+    let Some(run) = writer.finish(number, level)? else {
+        return Ok(None);
+    };
+    let mut meta = txn.open_table(RUN_META)?;
+    meta.insert(crate::tables::encode_u64(run.order).as_slice(), run.encode().as_slice())?;
+    Ok(Some(run))
+}
+
+/// Which runs (a range of positions in `runs`, oldest first) to merge next, if any: the newest
+/// runs of the newest run's level, once there are [`MERGE_WIDTH`] of them.
+pub(crate) fn merge_plan(runs: &[Arc<RunMeta>]) -> Option<std::ops::Range<usize>> {
+    let top = runs.last()?.level;
+    let same = runs.iter().rev().take_while(|r| r.level == top).count();
+    (same >= MERGE_WIDTH).then(|| runs.len() - same..runs.len())
+}
+
+/// What a merge did, for the metrics.
+pub(crate) struct Merge {
+    pub(crate) entries_in: u64,
+    pub(crate) entries_out: u64,
+}
+
+/// Merges `inputs` (adjacent runs, oldest first, read through `blocks` of a read transaction
+/// that lists them) into one run of the next level in `txn`, and deletes them. Deletes are
+/// dropped when `bottom` (no run is older than the inputs).
+pub(crate) fn merge(
+    txn: &WriteTransaction,
+    blocks: &RawTable,
+    inputs: &[Arc<RunMeta>],
+    bottom: bool,
+) -> Result<Merge, StorageError> {
+    let newest = inputs.last().expect("a merge has inputs");
+    let level = inputs.iter().map(|r| r.level).max().unwrap_or(0) + 1;
+    let number = next_number(txn)?;
+    let mut sources: Vec<std::iter::Peekable<RunRange<'_>>> = inputs
+        .iter()
+        .map(|run| RunRange::new(blocks, run.clone(), (Bound::Unbounded, Bound::Unbounded)).peekable())
+        .collect();
+    let mut out = txn.open_table(RUN_BLOCKS)?;
+    let mut writer = RunWriter::new(&mut out, number);
+    loop {
+        // The smallest key among the sources; on a tie the newest source (last) wins.
+        let mut best: Option<(usize, &[u8])> = None;
+        for (i, source) in sources.iter_mut().enumerate() {
+            match source.peek() {
+                None => {}
+                Some(Err(_)) => return Err(source.next().expect("peeked").expect_err("an error")),
+                Some(Ok((key, _))) => {
+                    if best.is_none_or(|(_, b)| key.as_slice() <= b) {
+                        best = Some((i, key.as_slice()));
+                    }
+                }
+            }
+        }
+        let Some((winner, _)) = best else { break };
+        let (key, value) = sources[winner].next().expect("peeked")?;
+        for source in &mut sources {
+            if matches!(source.peek(), Some(Ok((k, _))) if *k == key) {
+                source.next();
+            }
+        }
+        if value.is_some() || !bottom {
+            writer.push(&key, value.as_deref())?;
+        }
+    }
+    let entries_in = inputs.iter().map(|r| r.entries).sum();
+    let merged = writer.finish(newest.order, level)?;
+    drop(sources);
+    // The inputs' blocks and metadata go; the merged run (if anything is left) takes the
+    // newest input's order.
+    let mut meta = txn.open_table(RUN_META)?;
+    for run in inputs {
+        meta.remove(crate::tables::encode_u64(run.order).as_slice())?;
+        for block in 0..run.first_keys.len() {
+            out.remove(block_key(run.file, block).as_slice())?;
+        }
+    }
+    let entries_out = merged.as_ref().map_or(0, |r| r.entries);
+    if let Some(run) = merged {
+        meta.insert(crate::tables::encode_u64(run.order).as_slice(), run.encode().as_slice())?;
+    }
+    Ok(Merge {
+        entries_in,
+        entries_out,
+    })
+}
+
+/// The level for the one run an upgrade writes: the level it would have reached by merges of
+/// checkpoint-sized runs, so it is not merged again soon.
+pub(crate) fn level_for(entries: u64) -> u32 {
+    const CHECKPOINT_ENTRIES: u64 = 1 << 16;
+    let mut level = 0;
+    let mut size = CHECKPOINT_ENTRIES;
+    while entries > size && level < 16 {
+        size = size.saturating_mul(MERGE_WIDTH as u64);
+        level += 1;
+    }
+    level
+}
+
+/// Moves whatever the `index` B-tree still holds (a store written by a build before index
+/// runs) into one run, in one transaction. Afterwards the B-tree stays empty.
+pub(crate) fn upgrade_index_table(db: &redb::Database) -> Result<(), StorageError> {
+    let def = crate::Table::Index.definition();
+    let txn = db.begin_write()?;
+    let entries: Vec<(Vec<u8>, Vec<u8>)> = {
+        let table = txn.open_table(def)?;
+        if table.len()? == 0 {
+            return Ok(());
+        }
+        table
+            .iter()?
+            .map(|item| item.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
+            .collect::<Result<_, _>>()?
+    };
+    // It must be older than every run; a store with both was never written by any build.
+    if txn.open_table(RUN_META)?.len()? != 0 {
+        return Err(corrupt("the index table and index runs are both non-empty"));
+    }
+    let level = level_for(entries.len() as u64);
+    append(&txn, entries.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))), level)?;
+    txn.delete_table(def)?;
+    txn.open_table(def)?;
+    txn.commit()?;
+    Ok(())
+}
