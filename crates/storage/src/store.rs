@@ -420,3 +420,84 @@ mod tests {
         assert_eq!(format_of(dir.path()), Some(FORMAT_VERSION + 1));
     }
 }
+
+#[cfg(test)]
+mod upgrade_tests {
+    use super::*;
+    use redb::{ReadableDatabase, ReadableTableMetadata};
+
+    /// A format-2 store kept index entries in the `index` B-tree: opening it moves them into a
+    /// run (readable as before, the B-tree left empty), and writes after that shadow them.
+    #[test]
+    fn a_format_two_store_has_its_index_entries_moved_into_a_run() {
+        let dir = tempfile::tempdir().unwrap();
+        Store::open(dir.path(), StoreOptions::default())
+            .unwrap()
+            .close()
+            .unwrap();
+        {
+            let db = redb::Database::create(dir.path().join(FILE_NAME)).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut index = txn.open_table(Table::Index.definition()).unwrap();
+                for i in 0..500u32 {
+                    let key = format!("idx{i:04}");
+                    index
+                        .insert(key.as_bytes(), i.to_be_bytes().as_slice())
+                        .unwrap();
+                }
+                txn.open_table(STATE)
+                    .unwrap()
+                    .insert(STATE_FORMAT, 2)
+                    .unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let read = store.read().unwrap();
+        assert_eq!(read.len(Table::Index).unwrap(), 500);
+        assert_eq!(
+            read.get(Table::Index, b"idx0042").unwrap(),
+            Some(42u32.to_be_bytes().to_vec())
+        );
+        let keys: Vec<_> = read
+            .prefix(Table::Index, b"idx04")
+            .unwrap()
+            .map(|e| e.unwrap().0)
+            .collect();
+        assert_eq!(keys.len(), 100);
+        drop(read);
+        store
+            .submit(|txn| {
+                txn.delete(Table::Index, b"idx0001".to_vec());
+                Ok::<_, StorageError>(())
+            })
+            .unwrap()
+            .wait()
+            .unwrap();
+        store.checkpoint().unwrap();
+        assert_eq!(
+            store.read().unwrap().get(Table::Index, b"idx0001").unwrap(),
+            None
+        );
+        store.close().unwrap();
+        let db = redb::Database::create(dir.path().join(FILE_NAME)).unwrap();
+        let txn = db.begin_read().unwrap();
+        assert_eq!(
+            txn.open_table(Table::Index.definition())
+                .unwrap()
+                .len()
+                .unwrap(),
+            0
+        );
+        assert_eq!(txn.open_table(RUN_META).unwrap().len().unwrap(), 2);
+        let format = txn
+            .open_table(STATE)
+            .unwrap()
+            .get(STATE_FORMAT)
+            .unwrap()
+            .unwrap()
+            .value();
+        assert_eq!(format, FORMAT_VERSION);
+    }
+}

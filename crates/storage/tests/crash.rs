@@ -144,6 +144,11 @@ fn crash_child_writer() {
                         .submit(move |txn| {
                             let seq = txn.get_u64(Table::Meta, COUNT_KEY)?.unwrap_or(0) + 1;
                             txn.put(Table::Docs, key.clone(), value)?;
+                            // Index entries live in runs: one per document, and one that
+                            // moves (put the new, delete the old) so deletes cross merges.
+                            txn.put(Table::Index, [b"d".as_slice(), &key].concat(), key.clone())?;
+                            txn.put(Table::Index, moving_key(seq), key.clone())?;
+                            txn.delete(Table::Index, moving_key(seq - 1));
                             txn.put(Table::Log, encode_u64(seq), key)?;
                             txn.put_u64(Table::Meta, COUNT_KEY, seq)?;
                             Ok::<_, StorageError>(())
@@ -162,6 +167,11 @@ fn crash_child_writer() {
             });
         }
     });
+}
+
+/// The index key that moves to the newest seq with every job.
+fn moving_key(seq: u64) -> Vec<u8> {
+    [b"m".as_slice(), &encode_u64(seq)].concat()
 }
 
 /// How a cycle kills its child.
@@ -343,6 +353,28 @@ fn check(dir: &Path, fresh: &[(u32, u64)], older: &[(u32, u64)], rng: &mut StdRn
         count,
         "cycle {cycle}: log vs counter"
     );
+    let indexed = read.prefix(Table::Index, b"d").unwrap();
+    let mut indexed_count = 0u64;
+    for entry in indexed {
+        let (key, value) = entry.unwrap();
+        assert_eq!(&key[1..], value.as_slice(), "cycle {cycle}: index entry");
+        indexed_count += 1;
+    }
+    assert_eq!(
+        indexed_count, count,
+        "cycle {cycle}: index entries vs counter"
+    );
+    let moving: Vec<_> = read
+        .prefix(Table::Index, b"m")
+        .unwrap()
+        .map(|e| e.unwrap().0)
+        .collect();
+    let expected = if count > 0 {
+        vec![moving_key(count)]
+    } else {
+        Vec::new()
+    };
+    assert_eq!(moving, expected, "cycle {cycle}: the moving index entry");
     if count > 0 {
         let mut log = read.range::<&[u8]>(Table::Log, ..).unwrap();
         let first = log.next().unwrap().unwrap().0;

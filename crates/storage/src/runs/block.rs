@@ -12,10 +12,14 @@ use crate::StorageError;
 /// A block is closed once it holds this many bytes: small enough that positioning a scan
 /// inside one (decoding from its start) costs a few microseconds, large enough that the
 /// in-memory block index stays ~1/300 of the run.
-pub(crate) const BLOCK_BYTES: usize = 16 << 10;
+/// (Unit tests use tiny blocks so that every run spans many.)
+pub(crate) const BLOCK_BYTES: usize = if cfg!(test) { 64 } else { 16 << 10 };
 
 /// What one entry of a run says about its key: `Some(value)` or a delete.
 pub(crate) type RunValue = Option<Vec<u8>>;
+
+/// An entry borrowed from a block being decoded.
+pub(crate) type EntryRef<'c> = (&'c [u8], Option<&'c [u8]>);
 
 pub(crate) fn put_varint(out: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
@@ -126,7 +130,7 @@ impl BlockCursor {
     }
 
     /// The next entry's key (valid until the next call) and value, or `None` at the end.
-    pub(crate) fn next_entry(&mut self) -> Result<Option<(&[u8], Option<&[u8]>)>, StorageError> {
+    pub(crate) fn next_entry(&mut self) -> Result<Option<EntryRef<'_>>, StorageError> {
         if self.pos >= self.data.len() {
             return Ok(None);
         }
@@ -138,7 +142,8 @@ impl BlockCursor {
             return Err(corrupt("a key shares more bytes than the previous key has"));
         }
         self.key.truncate(shared);
-        self.key.extend_from_slice(get_bytes(data, &mut pos, unshared)?);
+        self.key
+            .extend_from_slice(get_bytes(data, &mut pos, unshared)?);
         let tag = get_len(data, &mut pos)?;
         let value = match tag {
             0 => None,
@@ -187,7 +192,11 @@ impl RunMeta {
             put_varint(&mut out, n);
         }
         put_varint(&mut out, self.first_keys.len() as u64);
-        for key in self.first_keys.iter().chain(std::iter::once(&self.last_key)) {
+        for key in self
+            .first_keys
+            .iter()
+            .chain(std::iter::once(&self.last_key))
+        {
             put_varint(&mut out, key.len() as u64);
             out.extend_from_slice(key);
         }

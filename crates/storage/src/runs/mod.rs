@@ -32,8 +32,8 @@ use redb::{ReadOnlyTable, ReadableTable, ReadableTableMetadata, WriteTransaction
 
 use crate::tables::{KeyBounds, RUN_BLOCKS, RUN_META, STATE, STATE_NEXT_RUN};
 use crate::StorageError;
-use block::{corrupt, BlockCursor, BlockWriter, RunValue};
 pub(crate) use block::RunMeta;
+use block::{corrupt, BlockCursor, BlockWriter, RunValue};
 
 /// How many runs of one level are merged into one run of the next.
 pub(crate) const MERGE_WIDTH: usize = 4;
@@ -51,7 +51,8 @@ fn block_key(file: u64, block: usize) -> [u8; 12] {
 
 fn load_block(blocks: &RawTable, run: &RunMeta, block: usize) -> Result<Vec<u8>, StorageError> {
     let found = blocks.get(block_key(run.file, block).as_slice())?;
-    let guard = found.ok_or_else(|| corrupt(&format!("block {block} of run {} is missing", run.file)))?;
+    let guard =
+        found.ok_or_else(|| corrupt(&format!("block {block} of run {} is missing", run.file)))?;
     Ok(guard.value().to_vec())
 }
 
@@ -99,7 +100,10 @@ pub(crate) fn get(
         if key < run.first_keys[0].as_slice() || key > run.last_key.as_slice() {
             continue;
         }
-        let block = run.first_keys.partition_point(|first| first.as_slice() <= key) - 1;
+        let block = run
+            .first_keys
+            .partition_point(|first| first.as_slice() <= key)
+            - 1;
         let mut cursor = BlockCursor::new(load_block(blocks, run, block)?);
         while let Some((k, v)) = cursor.next_entry()? {
             match k.cmp(key) {
@@ -152,9 +156,9 @@ impl<'a> RunRange<'a> {
         let firsts = &run.first_keys;
         let lo = match bounds.0 {
             Bound::Unbounded => 0,
-            Bound::Included(s) | Bound::Excluded(s) => {
-                firsts.partition_point(|f| f.as_slice() <= s).saturating_sub(1)
-            }
+            Bound::Included(s) | Bound::Excluded(s) => firsts
+                .partition_point(|f| f.as_slice() <= s)
+                .saturating_sub(1),
         };
         let hi = match bounds.1 {
             Bound::Unbounded => firsts.len(),
@@ -352,7 +356,10 @@ pub(crate) fn append<'e>(
         return Ok(None);
     };
     let mut meta = txn.open_table(RUN_META)?;
-    meta.insert(crate::tables::encode_u64(run.order).as_slice(), run.encode().as_slice())?;
+    meta.insert(
+        crate::tables::encode_u64(run.order).as_slice(),
+        run.encode().as_slice(),
+    )?;
     Ok(Some(run))
 }
 
@@ -384,7 +391,9 @@ pub(crate) fn merge(
     let number = next_number(txn)?;
     let mut sources: Vec<std::iter::Peekable<RunRange<'_>>> = inputs
         .iter()
-        .map(|run| RunRange::new(blocks, run.clone(), (Bound::Unbounded, Bound::Unbounded)).peekable())
+        .map(|run| {
+            RunRange::new(blocks, run.clone(), (Bound::Unbounded, Bound::Unbounded)).peekable()
+        })
         .collect();
     let mut out = txn.open_table(RUN_BLOCKS)?;
     let mut writer = RunWriter::new(&mut out, number);
@@ -395,11 +404,10 @@ pub(crate) fn merge(
             match source.peek() {
                 None => {}
                 Some(Err(_)) => return Err(source.next().expect("peeked").expect_err("an error")),
-                Some(Ok((key, _))) => {
-                    if best.is_none_or(|(_, b)| key.as_slice() <= b) {
-                        best = Some((i, key.as_slice()));
-                    }
+                Some(Ok((key, _))) if best.is_none_or(|(_, b)| key.as_slice() <= b) => {
+                    best = Some((i, key.as_slice()));
                 }
+                Some(Ok(_)) => {}
             }
         }
         let Some((winner, _)) = best else { break };
@@ -427,7 +435,10 @@ pub(crate) fn merge(
     }
     let entries_out = merged.as_ref().map_or(0, |r| r.entries);
     if let Some(run) = merged {
-        meta.insert(crate::tables::encode_u64(run.order).as_slice(), run.encode().as_slice())?;
+        meta.insert(
+            crate::tables::encode_u64(run.order).as_slice(),
+            run.encode().as_slice(),
+        )?;
     }
     Ok(Merge {
         entries_in,
@@ -468,9 +479,18 @@ pub(crate) fn upgrade_index_table(db: &redb::Database) -> Result<(), StorageErro
         return Err(corrupt("the index table and index runs are both non-empty"));
     }
     let level = level_for(entries.len() as u64);
-    append(&txn, entries.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))), level)?;
+    append(
+        &txn,
+        entries
+            .iter()
+            .map(|(k, v)| (k.as_slice(), Some(v.as_slice()))),
+        level,
+    )?;
     txn.delete_table(def)?;
     txn.open_table(def)?;
     txn.commit()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
