@@ -23,7 +23,8 @@
 //! copy-on-write B-tree store with ACID transactions and MVCC readers; this crate is a thin
 //! layer over it, not a page store. The file holds the tables of [`Table`]: `docs`, `index`,
 //! `log`, `meta` and `tasks`, plus the crate's own `storage_state` (the number of the last
-//! checkpointed batch). In each table, keys and values are byte strings and keys sort in byte
+//! checkpointed batch). The `index` table's entries are kept as sorted runs of compressed
+//! blocks in two more redb tables, not as B-tree entries (`runs/`). In each table, keys and values are byte strings and keys sort in byte
 //! order, so the database layer's order-preserving key codec turns range scans into query
 //! order. redb takes an exclusive lock on the file: a second `Store` on the same directory
 //! fails with [`StorageError::Locked`] (which also protects the log).
@@ -82,7 +83,7 @@
 //! # Checkpoints
 //!
 //! A checkpointer thread applies layers to redb in one large durable transaction, newest value
-//! per key, in key order, and records the last batch it applied in `storage_state` in the same
+//! per key, in key order (the `index` table's as one new run, merging runs when due), and records the last batch it applied in `storage_state` in the same
 //! transaction. It then swaps the snapshot new readers get (redb after the checkpoint plus the
 //! layers after it) and deletes the log segments the checkpoint covers. It runs when the layers
 //! hold `checkpoint_bytes`, when the oldest is `checkpoint_interval_ms` old and the writer has

@@ -81,6 +81,16 @@ fn render(db: &herald_db::Db) -> String {
             "Times the writer waited for a checkpoint (in-memory layers at their bound).",
             m.writer_stalls,
         ),
+        (
+            "herald_storage_index_run_merges_total",
+            "Merges of index runs into the next level.",
+            m.index_run_merges,
+        ),
+        (
+            "herald_storage_index_run_merge_entries_total",
+            "Index entries read by merges of index runs.",
+            m.index_run_merge_entries,
+        ),
     ] {
         family(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {v}");
@@ -92,6 +102,24 @@ fn render(db: &herald_db::Db) -> String {
         "Memory held by committed batches not yet checkpointed (an estimate).",
     );
     let _ = writeln!(out, "herald_storage_layers_bytes {}", m.layers_bytes);
+    family(
+        &mut out,
+        "herald_storage_index_runs",
+        "gauge",
+        "Index runs in the store (sorted runs of index entries; docs/storage.md).",
+    );
+    let _ = writeln!(out, "herald_storage_index_runs {}", m.index_runs);
+    family(
+        &mut out,
+        "herald_storage_index_run_merge_seconds_total",
+        "counter",
+        "Time merges of index runs took (reading, writing and committing).",
+    );
+    let _ = writeln!(
+        out,
+        "herald_storage_index_run_merge_seconds_total {}",
+        m.index_run_merge_nanos as f64 / 1e9
+    );
     family(
         &mut out,
         "herald_storage_checkpoint_entries_total",

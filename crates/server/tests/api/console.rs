@@ -183,4 +183,7 @@ async fn metrics_show_what_checkpoints_wrote_per_table() {
     );
     assert!(metric(&s, "herald_storage_checkpoint_commit_seconds_total").await > 0.0);
     assert!(metric(&s, "herald_storage_layers_bytes").await >= 0.0);
+    // The checkpoint wrote the index entries as a run.
+    assert!(metric(&s, "herald_storage_index_runs").await >= 1.0);
+    assert!(metric(&s, "herald_storage_index_run_merges_total").await >= 0.0);
 }
