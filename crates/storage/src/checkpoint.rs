@@ -286,7 +286,12 @@ impl Checkpointer {
                 durable,
             } = job;
             let last = layers.last().map_or(progress.applied, |l| l.batch);
-            let result = self.apply(&layers, last, durable);
+            // A panic (a bug) fails the store like an error would, instead of leaving writers
+            // and forced checkpoints waiting for a thread that is gone.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.apply(&layers, last, durable)
+            }))
+            .unwrap_or_else(|_| Err(StorageError::Internal("the checkpointer panicked".into())));
             // The next generation's filter, allocated (1 MiB by default) outside the lock.
             let filter = Filter::new(Filter::words_for(self.shared.limits.checkpoint_bytes));
             let mut state = self.shared.lock();

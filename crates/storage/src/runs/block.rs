@@ -62,6 +62,24 @@ pub(crate) fn corrupt(what: &str) -> StorageError {
     StorageError::Corrupted(format!("index run: {what}"))
 }
 
+/// The number of leading bytes `a` and `b` share, eight at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let len = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= len {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("8 bytes"));
+        let y = u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        if x != y {
+            return i + ((x ^ y).trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < len && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
 /// Builds one block at a time.
 #[derive(Default)]
 pub(crate) struct BlockWriter {
@@ -77,10 +95,7 @@ impl BlockWriter {
         let shared = if self.entries == 0 {
             0
         } else {
-            key.iter()
-                .zip(&self.last_key)
-                .take_while(|(a, b)| a == b)
-                .count()
+            common_prefix(key, &self.last_key)
         };
         put_varint(&mut self.buf, shared as u64);
         put_varint(&mut self.buf, (key.len() - shared) as u64);
@@ -118,6 +133,8 @@ pub(crate) struct BlockCursor {
     data: Vec<u8>,
     pos: usize,
     key: Vec<u8>,
+    /// Where the current entry's value lies in `data`; `None` for a delete.
+    value: Option<(usize, usize)>,
 }
 
 impl BlockCursor {
@@ -126,13 +143,14 @@ impl BlockCursor {
             data,
             pos: 0,
             key: Vec::new(),
+            value: None,
         }
     }
 
-    /// The next entry's key (valid until the next call) and value, or `None` at the end.
-    pub(crate) fn next_entry(&mut self) -> Result<Option<EntryRef<'_>>, StorageError> {
+    /// Moves to the next entry; false at the end of the block.
+    pub(crate) fn advance(&mut self) -> Result<bool, StorageError> {
         if self.pos >= self.data.len() {
-            return Ok(None);
+            return Ok(false);
         }
         let data = &self.data;
         let mut pos = self.pos;
@@ -145,12 +163,34 @@ impl BlockCursor {
         self.key
             .extend_from_slice(get_bytes(data, &mut pos, unshared)?);
         let tag = get_len(data, &mut pos)?;
-        let value = match tag {
+        self.value = match tag {
             0 => None,
-            n => Some(get_bytes(data, &mut pos, n - 1)?),
+            n => {
+                let start = pos;
+                get_bytes(data, &mut pos, n - 1)?;
+                Some((start, pos))
+            }
         };
         self.pos = pos;
-        Ok(Some((&self.key, value)))
+        Ok(true)
+    }
+
+    /// The current entry's key (after a successful [`advance`](BlockCursor::advance)).
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The current entry's value, `None` for a delete.
+    pub(crate) fn value(&self) -> Option<&[u8]> {
+        self.value.map(|(start, end)| &self.data[start..end])
+    }
+
+    /// The next entry's key (valid until the next call) and value, or `None` at the end.
+    pub(crate) fn next_entry(&mut self) -> Result<Option<EntryRef<'_>>, StorageError> {
+        if !self.advance()? {
+            return Ok(None);
+        }
+        Ok(Some((self.key(), self.value())))
     }
 
     /// Every remaining entry, owned.
@@ -248,6 +288,25 @@ impl RunMeta {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn common_prefixes_are_counted_exactly() {
+        let naive = |a: &[u8], b: &[u8]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+        let keys: [&[u8]; 7] = [
+            b"",
+            b"a",
+            b"abcdefgh",
+            b"abcdefghi",
+            b"abcdefgz",
+            b"abcdefghijklmnopq",
+            b"abcdefghijklmnopr",
+        ];
+        for a in keys {
+            for b in keys {
+                assert_eq!(common_prefix(a, b), naive(a, b), "{a:?} {b:?}");
+            }
+        }
+    }
 
     #[test]
     fn blocks_round_trip_with_shared_prefixes_and_deletes() {

@@ -264,6 +264,52 @@ impl DoubleEndedIterator for RunRange<'_> {
     }
 }
 
+/// One run's entries in order, forwards only, without an allocation per entry: what merges
+/// read.
+struct RunScan<'a> {
+    blocks: &'a RawTable,
+    run: &'a RunMeta,
+    next_block: usize,
+    cursor: Option<BlockCursor>,
+}
+
+impl<'a> RunScan<'a> {
+    fn new(blocks: &'a RawTable, run: &'a RunMeta) -> Self {
+        RunScan {
+            blocks,
+            run,
+            next_block: 0,
+            cursor: None,
+        }
+    }
+
+    /// Moves to the next entry; false at the end of the run.
+    fn advance(&mut self) -> Result<bool, StorageError> {
+        loop {
+            if let Some(cursor) = &mut self.cursor {
+                if cursor.advance()? {
+                    return Ok(true);
+                }
+            }
+            if self.next_block == self.run.first_keys.len() {
+                self.cursor = None;
+                return Ok(false);
+            }
+            let data = load_block(self.blocks, self.run, self.next_block)?;
+            self.cursor = Some(BlockCursor::new(data));
+            self.next_block += 1;
+        }
+    }
+
+    fn key(&self) -> &[u8] {
+        self.cursor.as_ref().expect("advanced").key()
+    }
+
+    fn value(&self) -> Option<&[u8]> {
+        self.cursor.as_ref().expect("advanced").value()
+    }
+}
+
 /// Writes one run's blocks into a write transaction; [`RunWriter::finish`] lists it.
 pub(crate) struct RunWriter<'t, 'x> {
     blocks: &'t mut WriteTable<'x>,
@@ -389,41 +435,40 @@ pub(crate) fn merge(
     let newest = inputs.last().expect("a merge has inputs");
     let level = inputs.iter().map(|r| r.level).max().unwrap_or(0) + 1;
     let number = next_number(txn)?;
-    let mut sources: Vec<std::iter::Peekable<RunRange<'_>>> = inputs
-        .iter()
-        .map(|run| {
-            RunRange::new(blocks, run.clone(), (Bound::Unbounded, Bound::Unbounded)).peekable()
-        })
-        .collect();
+    let mut sources = Vec::with_capacity(inputs.len());
+    for run in inputs {
+        let mut scan = RunScan::new(blocks, run);
+        if scan.advance()? {
+            sources.push(scan);
+        }
+    }
     let mut out = txn.open_table(RUN_BLOCKS)?;
     let mut writer = RunWriter::new(&mut out, number);
-    loop {
+    while !sources.is_empty() {
         // The smallest key among the sources; on a tie the newest source (last) wins.
-        let mut best: Option<(usize, &[u8])> = None;
-        for (i, source) in sources.iter_mut().enumerate() {
-            match source.peek() {
-                None => {}
-                Some(Err(_)) => return Err(source.next().expect("peeked").expect_err("an error")),
-                Some(Ok((key, _))) if best.is_none_or(|(_, b)| key.as_slice() <= b) => {
-                    best = Some((i, key.as_slice()));
-                }
-                Some(Ok(_)) => {}
+        let mut winner = 0;
+        for i in 1..sources.len() {
+            if sources[i].key() <= sources[winner].key() {
+                winner = i;
             }
         }
-        let Some((winner, _)) = best else { break };
-        let (key, value) = sources[winner].next().expect("peeked")?;
-        for source in &mut sources {
-            if matches!(source.peek(), Some(Ok((k, _))) if *k == key) {
-                source.next();
-            }
-        }
+        let value = sources[winner].value();
         if value.is_some() || !bottom {
-            writer.push(&key, value.as_deref())?;
+            writer.push(sources[winner].key(), value)?;
+        }
+        // Older sources' entries for the same key are hidden by the winner.
+        for i in (0..winner).rev() {
+            if sources[i].key() == sources[winner].key() && !sources[i].advance()? {
+                sources.remove(i);
+                winner -= 1;
+            }
+        }
+        if !sources[winner].advance()? {
+            sources.remove(winner);
         }
     }
     let entries_in = inputs.iter().map(|r| r.entries).sum();
     let merged = writer.finish(newest.order, level)?;
-    drop(sources);
     // The inputs' blocks and metadata go; the merged run (if anything is left) takes the
     // newest input's order.
     let mut meta = txn.open_table(RUN_META)?;
