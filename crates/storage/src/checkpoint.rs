@@ -15,12 +15,14 @@
 //! durable checkpoint, and the log holds every batch after it.
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::layer::{Base, Filter, Layer, Snapshot};
-use crate::runs::{self, RunCache};
-use crate::tables::{Table, RUN_BLOCKS, RUN_META, STATE, STATE_CHECKPOINT};
+use crate::runs;
+use crate::runs::merger::{Merges, RUNS_MAX};
+use crate::tables::{Table, STATE, STATE_CHECKPOINT};
 use crate::wal::Segments;
 use crate::writer::Metrics;
 use crate::StorageError;
@@ -246,8 +248,8 @@ pub(crate) struct Checkpointer {
     pub(crate) db: Arc<redb::Database>,
     /// `None` for in-memory stores, which have no log.
     pub(crate) segments: Option<Arc<Segments>>,
-    /// The index runs' parsed metadata, shared with every [`Base`].
-    pub(crate) runs: Arc<RunCache>,
+    /// Merging index runs (and their parsed metadata, shared with every [`Base`]).
+    pub(crate) merges: Arc<Merges>,
 }
 
 /// What the checkpointer does next.
@@ -272,8 +274,28 @@ struct Progress {
 
 impl Checkpointer {
     /// Checkpoints whenever one is due until the store closes, then checkpoints everything
-    /// left. Returns the store's failure, if it had one.
+    /// left, with a merger thread merging index runs meanwhile. Returns the store's failure,
+    /// if it had one.
     pub(crate) fn run(self) -> Result<(), StorageError> {
+        let (wake, woken) = std::sync::mpsc::sync_channel(1);
+        let merges = self.merges.clone();
+        let shared = self.shared.clone();
+        let merger = std::thread::Builder::new()
+            .name("herald-merger".into())
+            .spawn(move || {
+                if let Err(err) = merges.run(woken) {
+                    shared.fail(err);
+                }
+            })?;
+        let result = self.checkpoints(&wake);
+        drop(wake);
+        let merged = merger
+            .join()
+            .map_err(|_| StorageError::Internal("the index run merger panicked".into()));
+        result.and(merged)
+    }
+
+    fn checkpoints(&self, wake: &SyncSender<()>) -> Result<(), StorageError> {
         let mut progress = Progress {
             applied: 0,
             durable: 0,
@@ -289,7 +311,7 @@ impl Checkpointer {
             // A panic (a bug) fails the store like an error would, instead of leaving writers
             // and forced checkpoints waiting for a thread that is gone.
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.apply(&layers, last, durable)
+                self.apply(&layers, last, durable, wake)
             }))
             .unwrap_or_else(|_| Err(StorageError::Internal("the checkpointer panicked".into())));
             // The next generation's filter, allocated (1 MiB by default) outside the lock.
@@ -445,7 +467,13 @@ impl Checkpointer {
     /// Applies `layers` (oldest first, the last one being batch `last`) to redb in one
     /// transaction that also records `last` as checkpointed, durable or not; returns redb's new
     /// state (a non-durable commit is visible to readers at once).
-    fn apply(&self, layers: &[Arc<Layer>], last: u64, durable: bool) -> Result<Base, StorageError> {
+    fn apply(
+        &self,
+        layers: &[Arc<Layer>],
+        last: u64,
+        durable: bool,
+        wake: &SyncSender<()>,
+    ) -> Result<Base, StorageError> {
         let mut txn = self.db.begin_write()?;
         if durable {
             txn.set_durability(redb::Durability::Immediate)?;
@@ -502,34 +530,27 @@ impl Checkpointer {
             .metrics
             .checkpoint_commit_nanos
             .fetch_add(nanos_since(started), Relaxed);
-        self.merge_runs()?;
-        Base::open(&self.db, &self.runs)
-    }
-
-    /// Merges index runs while [`runs::merge_plan`] asks for it, each merge in its own
-    /// transaction (not durable by itself: a crash before the next durable checkpoint reopens
-    /// with the runs before the merge, which hold the same entries).
-    fn merge_runs(&self) -> Result<(), StorageError> {
-        loop {
-            let read = redb::ReadableDatabase::begin_read(&*self.db)?;
-            let listed = self.runs.load(&read.open_table(RUN_META)?)?;
-            let m = &self.shared.metrics;
-            m.index_runs.store(listed.len() as u64, Relaxed);
-            let Some(plan) = runs::merge_plan(&listed) else {
-                return Ok(());
-            };
-            let started = Instant::now();
-            let blocks = read.open_table(RUN_BLOCKS)?;
-            let mut txn = self.db.begin_write()?;
-            txn.set_durability(redb::Durability::None)?;
-            let bottom = plan.start == 0;
-            let merge = runs::merge(&txn, &blocks, &listed[plan], bottom)?;
-            txn.commit()?;
-            m.run_merges.fetch_add(1, Relaxed);
-            m.run_merge_entries.fetch_add(merge.entries_in, Relaxed);
-            m.run_merge_nanos.fetch_add(nanos_since(started), Relaxed);
-            let _ = merge.entries_out;
+        let base = Base::open(&self.db, &self.merges.cache)?;
+        self.merges
+            .metrics
+            .index_runs
+            .store(base.runs.len() as u64, Relaxed);
+        if base.runs.len() < RUNS_MAX {
+            // The merger merges in the background; a full channel means it is awake already.
+            if base.runs.len() >= runs::MERGE_WIDTH {
+                let _ = wake.try_send(());
+            }
+            return Ok(base);
         }
+        // Merges fell behind: merge here until back under the bound (this checkpoint's
+        // successor, and at the layers' bound the writer, wait meanwhile).
+        while self.merges.merge_once()? {
+            let base = Base::open(&self.db, &self.merges.cache)?;
+            if base.runs.len() < RUNS_MAX {
+                return Ok(base);
+            }
+        }
+        Base::open(&self.db, &self.merges.cache)
     }
 }
 

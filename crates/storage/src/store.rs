@@ -56,6 +56,7 @@ impl Store {
         create_tables(&db)?;
         // Before the log's replay, which writes index runs newer than what the B-tree holds.
         crate::runs::upgrade_index_table(&db)?;
+        crate::runs::remove_orphans(&db)?;
         let last_batch = wal::recover(&db, dir)?;
         let segments = Segments::new(dir);
         crate::wal::remove_stale_spare(dir)?;
@@ -106,8 +107,13 @@ impl Store {
             layers_bytes_max: options.layers_bytes_max,
             durable_interval: Duration::from_millis(options.durable_checkpoint_interval_ms),
         };
-        let runs = Arc::new(crate::runs::RunCache::default());
-        let shared = Shared::new(Base::open(&db, &runs)?, limits, metrics.clone());
+        let merges = Arc::new(crate::runs::merger::Merges {
+            db: db.clone(),
+            cache: Arc::new(crate::runs::RunCache::default()),
+            metrics: metrics.clone(),
+            merging: Default::default(),
+        });
+        let shared = Shared::new(Base::open(&db, &merges.cache)?, limits, metrics.clone());
         let (queue, receiver) = mpsc::sync_channel(options.write_queue_max);
         let (background, background_rx) = mpsc::sync_channel(options.background_queue_max);
         let writer_sleeping = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -136,7 +142,7 @@ impl Store {
             shared: shared.clone(),
             db,
             segments,
-            runs,
+            merges,
         };
         let checkpointer = std::thread::Builder::new()
             .name("herald-checkpoint".into())

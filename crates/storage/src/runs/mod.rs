@@ -23,6 +23,7 @@
 //!   level are always adjacent: merges only ever combine adjacent runs.
 
 pub(crate) mod block;
+pub(crate) mod merger;
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Bound;
@@ -310,23 +311,27 @@ impl<'a> RunScan<'a> {
     }
 }
 
-/// Writes one run's blocks into a write transaction; [`RunWriter::finish`] lists it.
-pub(crate) struct RunWriter<'t, 'x> {
-    blocks: &'t mut WriteTable<'x>,
+/// Builds one run's blocks in memory; the caller stores them ([`RunWriter::take_blocks`], in
+/// as many transactions as it likes) and lists the run ([`RunWriter::finish`]).
+pub(crate) struct RunWriter {
     file: u64,
     block: BlockWriter,
+    /// Finished blocks not yet taken: (block key, bytes).
+    pending: Vec<([u8; 12], Vec<u8>)>,
+    pending_bytes: usize,
     first_keys: Vec<Vec<u8>>,
     last_key: Vec<u8>,
     entries: u64,
     bytes: u64,
 }
 
-impl<'t, 'x> RunWriter<'t, 'x> {
-    pub(crate) fn new(blocks: &'t mut WriteTable<'x>, file: u64) -> Self {
+impl RunWriter {
+    pub(crate) fn new(file: u64) -> Self {
         RunWriter {
-            blocks,
             file,
             block: BlockWriter::default(),
+            pending: Vec::new(),
+            pending_bytes: 0,
             first_keys: Vec::new(),
             last_key: Vec::new(),
             entries: 0,
@@ -335,45 +340,59 @@ impl<'t, 'x> RunWriter<'t, 'x> {
     }
 
     /// Appends an entry; keys must strictly increase.
-    pub(crate) fn push(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), StorageError> {
+    pub(crate) fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
         if self.block.is_empty() {
             self.first_keys.push(key.to_vec());
         }
         self.block.push(key, value);
         self.entries += 1;
         if self.block.is_full() {
-            self.flush()?;
+            self.close_block();
         }
         self.last_key.clear();
         self.last_key.extend_from_slice(key);
-        Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), StorageError> {
+    fn close_block(&mut self) {
         let data = self.block.take();
         self.bytes += data.len() as u64;
+        self.pending_bytes += data.len();
         let key = block_key(self.file, self.first_keys.len() - 1);
-        self.blocks.insert(key.as_slice(), data.as_slice())?;
+        self.pending.push((key, data));
+    }
+
+    /// Bytes of finished blocks not yet taken.
+    pub(crate) fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
+    /// Stores the finished blocks not yet stored into `blocks`.
+    pub(crate) fn store_blocks(&mut self, blocks: &mut WriteTable<'_>) -> Result<(), StorageError> {
+        for (key, data) in self.pending.drain(..) {
+            blocks.insert(key.as_slice(), data.as_slice())?;
+        }
+        self.pending_bytes = 0;
         Ok(())
     }
 
-    /// Writes the last block; the run's metadata, or `None` if it has no entries.
-    fn finish(mut self, order: u64, level: u32) -> Result<Option<RunMeta>, StorageError> {
+    /// Closes the last block (store it with [`store_blocks`](RunWriter::store_blocks)); the
+    /// run's metadata, or `None` if it has no entries.
+    pub(crate) fn finish(&mut self, order: u64, level: u32) -> Option<RunMeta> {
         if !self.block.is_empty() {
-            self.flush()?;
+            self.close_block();
         }
         if self.entries == 0 {
-            return Ok(None);
+            return None;
         }
-        Ok(Some(RunMeta {
+        Some(RunMeta {
             order,
             file: self.file,
             level,
             entries: self.entries,
             bytes: self.bytes,
-            first_keys: self.first_keys,
-            last_key: self.last_key,
-        }))
+            first_keys: std::mem::take(&mut self.first_keys),
+            last_key: std::mem::take(&mut self.last_key),
+        })
     }
 }
 
@@ -393,12 +412,13 @@ pub(crate) fn append<'e>(
     level: u32,
 ) -> Result<Option<RunMeta>, StorageError> {
     let number = next_number(txn)?;
-    let mut blocks = txn.open_table(RUN_BLOCKS)?;
-    let mut writer = RunWriter::new(&mut blocks, number);
+    let mut writer = RunWriter::new(number);
     for (key, value) in entries {
-        writer.push(key, value)?;
+        writer.push(key, value);
     }
-    let Some(run) = writer.finish(number, level)? else {
+    let run = writer.finish(number, level);
+    writer.store_blocks(&mut txn.open_table(RUN_BLOCKS)?)?;
+    let Some(run) = run else {
         return Ok(None);
     };
     let mut meta = txn.open_table(RUN_META)?;
@@ -410,31 +430,76 @@ pub(crate) fn append<'e>(
 }
 
 /// Which runs (a range of positions in `runs`, oldest first) to merge next, if any: the newest
-/// runs of the newest run's level, once there are [`MERGE_WIDTH`] of them.
-pub(crate) fn merge_plan(runs: &[Arc<RunMeta>]) -> Option<std::ops::Range<usize>> {
-    let top = runs.last()?.level;
-    let same = runs.iter().rev().take_while(|r| r.level == top).count();
-    (same >= MERGE_WIDTH).then(|| runs.len() - same..runs.len())
+/// stretch of adjacent runs of one level, none of them `busy` (being merged already), once it
+/// holds [`MERGE_WIDTH`] runs (all of it, up to twice that). Merging a stretch of level `L`
+/// into one run of level `L + 1` keeps levels from increasing towards newer runs: the run just
+/// older than the stretch is of a higher level, or of level `L` and busy becoming `L + 1`.
+pub(crate) fn merge_plan(
+    runs: &[Arc<RunMeta>],
+    busy: impl Fn(&RunMeta) -> bool,
+) -> Option<std::ops::Range<usize>> {
+    let mut end = runs.len();
+    while end > 0 {
+        if busy(&runs[end - 1]) {
+            end -= 1;
+            continue;
+        }
+        let level = runs[end - 1].level;
+        let mut start = end - 1;
+        while start > 0
+            && end - start < 2 * MERGE_WIDTH
+            && runs[start - 1].level == level
+            && !busy(&runs[start - 1])
+        {
+            start -= 1;
+        }
+        if end - start >= MERGE_WIDTH {
+            return Some(start..end);
+        }
+        end = start;
+    }
+    None
 }
 
 /// What a merge did, for the metrics.
 pub(crate) struct Merge {
     pub(crate) entries_in: u64,
+    /// Entries of the merged run (deletes dropped at the bottom, shadowed entries dropped).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) entries_out: u64,
 }
 
+/// A merge writes its blocks in transactions of about this many bytes, so that checkpoints,
+/// which need redb's one write transaction, wait for at most one of them.
+const MERGE_CHUNK_BYTES: usize = 4 << 20;
+
 /// Merges `inputs` (adjacent runs, oldest first, read through `blocks` of a read transaction
-/// that lists them) into one run of the next level in `txn`, and deletes them. Deletes are
-/// dropped when `bottom` (no run is older than the inputs).
+/// that lists them) into one run of the next level and deletes them. The new run's blocks are
+/// written in transactions of [`MERGE_CHUNK_BYTES`] under a new file number that no metadata
+/// lists until the last transaction, which lists the run and deletes the inputs; a crash before
+/// that leaves unlisted blocks, which [`remove_orphans`] deletes on open. Deletes are dropped
+/// when `bottom` (no run is older than the inputs). None of these commits is durable by
+/// itself: the next durable checkpoint makes them so, and until then a crash reopens with the
+/// inputs, which hold the same entries.
 pub(crate) fn merge(
-    txn: &WriteTransaction,
+    db: &redb::Database,
     blocks: &RawTable,
     inputs: &[Arc<RunMeta>],
     bottom: bool,
 ) -> Result<Merge, StorageError> {
+    let begin = || -> Result<WriteTransaction, StorageError> {
+        let mut txn = db.begin_write()?;
+        txn.set_durability(redb::Durability::None)?;
+        Ok(txn)
+    };
     let newest = inputs.last().expect("a merge has inputs");
     let level = inputs.iter().map(|r| r.level).max().unwrap_or(0) + 1;
-    let number = next_number(txn)?;
+    let number = {
+        let txn = begin()?;
+        let number = next_number(&txn)?;
+        txn.commit()?;
+        number
+    };
     let mut sources = Vec::with_capacity(inputs.len());
     for run in inputs {
         let mut scan = RunScan::new(blocks, run);
@@ -442,8 +507,7 @@ pub(crate) fn merge(
             sources.push(scan);
         }
     }
-    let mut out = txn.open_table(RUN_BLOCKS)?;
-    let mut writer = RunWriter::new(&mut out, number);
+    let mut writer = RunWriter::new(number);
     while !sources.is_empty() {
         // The smallest key among the sources; on a tie the newest source (last) wins.
         let mut winner = 0;
@@ -454,7 +518,7 @@ pub(crate) fn merge(
         }
         let value = sources[winner].value();
         if value.is_some() || !bottom {
-            writer.push(sources[winner].key(), value)?;
+            writer.push(sources[winner].key(), value);
         }
         // Older sources' entries for the same key are hidden by the winner.
         for i in (0..winner).rev() {
@@ -466,29 +530,73 @@ pub(crate) fn merge(
         if !sources[winner].advance()? {
             sources.remove(winner);
         }
-    }
-    let entries_in = inputs.iter().map(|r| r.entries).sum();
-    let merged = writer.finish(newest.order, level)?;
-    // The inputs' blocks and metadata go; the merged run (if anything is left) takes the
-    // newest input's order.
-    let mut meta = txn.open_table(RUN_META)?;
-    for run in inputs {
-        meta.remove(crate::tables::encode_u64(run.order).as_slice())?;
-        for block in 0..run.first_keys.len() {
-            out.remove(block_key(run.file, block).as_slice())?;
+        if writer.pending_bytes() >= MERGE_CHUNK_BYTES {
+            let txn = begin()?;
+            writer.store_blocks(&mut txn.open_table(RUN_BLOCKS)?)?;
+            txn.commit()?;
         }
     }
-    let entries_out = merged.as_ref().map_or(0, |r| r.entries);
-    if let Some(run) = merged {
-        meta.insert(
-            crate::tables::encode_u64(run.order).as_slice(),
-            run.encode().as_slice(),
-        )?;
+    let entries_in = inputs.iter().map(|r| r.entries).sum();
+    let merged = writer.finish(newest.order, level);
+    let txn = begin()?;
+    {
+        let mut out = txn.open_table(RUN_BLOCKS)?;
+        writer.store_blocks(&mut out)?;
+        // The inputs' blocks and metadata go; the merged run (if anything is left) takes the
+        // newest input's order.
+        let mut meta = txn.open_table(RUN_META)?;
+        for run in inputs {
+            meta.remove(crate::tables::encode_u64(run.order).as_slice())?;
+            for block in 0..run.first_keys.len() {
+                out.remove(block_key(run.file, block).as_slice())?;
+            }
+        }
+        if let Some(run) = &merged {
+            meta.insert(
+                crate::tables::encode_u64(run.order).as_slice(),
+                run.encode().as_slice(),
+            )?;
+        }
     }
+    txn.commit()?;
     Ok(Merge {
         entries_in,
-        entries_out,
+        entries_out: merged.as_ref().map_or(0, |r| r.entries),
     })
+}
+
+/// Deletes blocks that no listed run owns: what a merge interrupted by a crash had written.
+pub(crate) fn remove_orphans(db: &redb::Database) -> Result<u64, StorageError> {
+    let txn = db.begin_write()?;
+    let mut removed = 0;
+    {
+        let meta = txn.open_table(RUN_META)?;
+        let mut listed = std::collections::HashSet::new();
+        for item in meta.iter()? {
+            let (_, value) = item?;
+            listed.insert(RunMeta::decode_file(value.value())?);
+        }
+        let mut blocks = txn.open_table(RUN_BLOCKS)?;
+        let mut orphans = Vec::new();
+        for item in blocks.iter()? {
+            let (key, _) = item?;
+            let key = key.value();
+            let file = crate::tables::decode_u64(key.get(..8).unwrap_or_default())?;
+            if !listed.contains(&file) {
+                orphans.push(key.to_vec());
+            }
+        }
+        for key in orphans {
+            blocks.remove(key.as_slice())?;
+            removed += 1;
+        }
+    }
+    if removed == 0 {
+        txn.abort()?;
+    } else {
+        txn.commit()?;
+    }
+    Ok(removed)
 }
 
 /// The level for the one run an upgrade writes: the level it would have reached by merges of

@@ -1,0 +1,94 @@
+//! Who merges index runs and when: the merger thread, woken after every checkpoint, and the
+//! checkpointer itself once there are [`RUNS_MAX`] runs (so the number of runs a read merges is
+//! bounded even when merges fall behind). Several merges may run at once on disjoint stretches
+//! of runs; the set of runs being merged ([`Merging`]) keeps them apart.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use redb::ReadableDatabase;
+
+use super::{merge, merge_plan, RunCache, RunMeta};
+use crate::tables::{RUN_BLOCKS, RUN_META};
+use crate::writer::Metrics;
+use crate::StorageError;
+
+/// At this many runs a checkpoint merges before it returns (the writer then waits for it as
+/// for any slow checkpoint). Without merges falling behind there are at most three runs per
+/// level, a dozen or so.
+pub(crate) const RUNS_MAX: usize = 20;
+
+/// The file numbers of the runs being merged right now.
+#[derive(Default)]
+pub(crate) struct Merging {
+    files: Mutex<HashSet<u64>>,
+}
+
+/// What merges need, shared by the merger thread and the checkpointer.
+pub(crate) struct Merges {
+    pub(crate) db: Arc<redb::Database>,
+    pub(crate) cache: Arc<RunCache>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) merging: Merging,
+}
+
+impl Merges {
+    /// Claims the next stretch of runs to merge and merges it; false if none is due.
+    pub(crate) fn merge_once(&self) -> Result<bool, StorageError> {
+        // Listing and claiming under one lock: a merge releases its runs only after its last
+        // commit, so a list taken here never shows runs another merge has already replaced.
+        let (read, inputs, bottom) = {
+            let mut files = self
+                .merging
+                .files
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let read = self.db.begin_read()?;
+            let listed = self.cache.load(&read.open_table(RUN_META)?)?;
+            self.metrics.index_runs.store(listed.len() as u64, Relaxed);
+            let Some(plan) = merge_plan(&listed, |run| files.contains(&run.file)) else {
+                return Ok(false);
+            };
+            let bottom = plan.start == 0;
+            let inputs: Vec<Arc<RunMeta>> = listed[plan].to_vec();
+            files.extend(inputs.iter().map(|r| r.file));
+            (read, inputs, bottom)
+        };
+        let started = Instant::now();
+        let result = read
+            .open_table(RUN_BLOCKS)
+            .map_err(StorageError::from)
+            .and_then(|blocks| merge(&self.db, &blocks, &inputs, bottom));
+        let mut files = self
+            .merging
+            .files
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for run in &inputs {
+            files.remove(&run.file);
+        }
+        drop(files);
+        let merged = result?;
+        let m = &self.metrics;
+        m.run_merges.fetch_add(1, Relaxed);
+        m.run_merge_entries.fetch_add(merged.entries_in, Relaxed);
+        m.run_merge_nanos.fetch_add(
+            u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            Relaxed,
+        );
+        Ok(true)
+    }
+
+    /// The merger thread: merges while merges are due, then sleeps until the next checkpoint
+    /// wakes it; returns when the checkpointer hangs up (the store is closing) or on the first
+    /// error, which the caller reports as the store's failure.
+    pub(crate) fn run(&self, wake: Receiver<()>) -> Result<(), StorageError> {
+        while wake.recv().is_ok() {
+            while self.merge_once()? {}
+        }
+        Ok(())
+    }
+}
