@@ -83,7 +83,8 @@
 //! # Checkpoints
 //!
 //! A checkpointer thread applies layers to redb in one large durable transaction, newest value
-//! per key, in key order (the `index` table's as one new run, merging runs when due), and records the last batch it applied in `storage_state` in the same
+//! per key, in key order (the `index` table's as one new run, which a merger thread later
+//! merges with others), and records the last batch it applied in `storage_state` in the same
 //! transaction. It then swaps the snapshot new readers get (redb after the checkpoint plus the
 //! layers after it) and deletes the log segments the checkpoint covers. It runs when the layers
 //! hold `checkpoint_bytes`, when the oldest is `checkpoint_interval_ms` old and the writer has
@@ -130,6 +131,7 @@
 //! | memory held by layers not yet checkpointed | `StoreOptions::layers_bytes_max` | [`LAYERS_BYTES_MAX`] |
 //! | one log segment file | `StoreOptions::wal_segment_bytes` | [`WAL_SEGMENT_BYTES`] |
 //! | one key plus value | [`ENTRY_BYTES_MAX`] | 1 GiB |
+//! | index runs (past it a checkpoint merges before it returns) | `runs::merger::RUNS_MAX` | 20 |
 //!
 //! At most `write_queue_max + background_queue_max + 2 * batch_max` jobs exist at once: queued,
 //! in flight and being synced. A full queue blocks [`Store::submit`] and fails [`Store::try_submit`] with
