@@ -399,6 +399,13 @@ impl Engine {
     }
 
     fn catch_up(&mut self, last: u64) {
+        if self.matchers.is_empty() {
+            // No view: nothing to deliver, so the commits are not even read (reading and
+            // decoding every commit's images was ~3% of a server's CPU during inserts).
+            self.seq = last;
+            self.shared.seq.store(last, Ordering::Release);
+            return;
+        }
         let db = self.shared.db.clone();
         match db.commits_between(self.seq, last) {
             Ok(Some(commits)) => {
