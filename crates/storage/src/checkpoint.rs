@@ -382,6 +382,8 @@ impl Checkpointer {
         if let Some(segments) = &self.segments {
             // Closing: every batch is durably in redb now, and the writer has closed its segment.
             segments.delete_covered(u64::MAX)?;
+            // Nor a recycled segment: a closed store leaves no log behind.
+            crate::wal::remove_stale_spare(segments.dir())?;
         }
         Ok(())
     }
