@@ -292,7 +292,14 @@ impl Checkpointer {
         let merged = merger
             .join()
             .map_err(|_| StorageError::Internal("the index run merger panicked".into()));
-        result.and(merged)
+        result.and(merged)?;
+        // Merges that committed after the final checkpoint are not durable yet: one empty
+        // durable commit makes them so, so a closed store reopens exactly as it was left.
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(redb::Durability::Immediate)?;
+        txn.set_quick_repair(true);
+        txn.commit()?;
+        Ok(())
     }
 
     fn checkpoints(&self, wake: &SyncSender<()>) -> Result<(), StorageError> {
