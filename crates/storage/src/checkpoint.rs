@@ -27,6 +27,9 @@ use crate::wal::Segments;
 use crate::writer::Metrics;
 use crate::StorageError;
 
+/// The merger thread's nice value (0 normal, 19 lowest).
+const MERGER_NICE: i32 = 10;
+
 /// A checkpoint due by age waits for the writer to be idle this long (at most the interval)...
 const IDLE: Duration = Duration::from_millis(50);
 /// ...for at most this many intervals of age in all.
@@ -283,6 +286,9 @@ impl Checkpointer {
         let merger = std::thread::Builder::new()
             .name("herald-merger".into())
             .spawn(move || {
+                // Merges are background work: threads serving clients run first on a busy
+                // machine (past `RUNS_MAX` runs the checkpointer merges at normal priority).
+                crate::lower_current_thread_priority(MERGER_NICE);
                 if let Err(err) = merges.run(woken) {
                     shared.fail(err);
                 }
