@@ -4,7 +4,7 @@
 //! resolve every waiter), the [`Ticket`] a submitter waits on, and the store's [`Metrics`].
 //!
 //! Not here: opening the file and the queue itself (`store.rs`), what a job can do (`write.rs`),
-//! the log (`wal.rs`), getting layers into redb (`checkpoint.rs`).
+//! the log (`wal/`), getting layers into redb (`checkpoint.rs`).
 
 use std::any::Any;
 use std::future::{Future, IntoFuture};
