@@ -13,14 +13,17 @@
 //! - A run never changes once written. Runs are ordered by `order`: where two runs hold the
 //!   same key, the one with the higher order is newer and wins; a delete entry hides older
 //!   runs' entries.
-//! - Runs are written and replaced only inside redb write transactions (a checkpoint, a merge,
-//!   recovery), so a crash leaves either the old run set or the new one, and a reader holding a
-//!   read transaction keeps seeing exactly the runs (and blocks) of its transaction.
+//! - A run is listed (its metadata written) and its inputs unlisted in one redb write
+//!   transaction (a checkpoint, a merge's last one, recovery), so a crash leaves either the old
+//!   run set or the new one; a merge's blocks may be written earlier, in transactions of their
+//!   own, under a file number nothing lists (removed on open if a crash orphans them). A reader
+//!   holding a read transaction keeps seeing exactly the runs (and blocks) of its transaction.
 //! - A merged run takes the order of the newest run it replaces, so it sits exactly where its
 //!   inputs sat relative to every other run. Deletes are dropped only when a merge includes the
-//!   oldest run (nothing older is left for them to hide).
-//! - Levels never increase from the oldest run to the newest, so the newest runs of the top
-//!   level are always adjacent: merges only ever combine adjacent runs.
+//!   oldest run (nothing older is left for them to hide). Concurrent merges take disjoint
+//!   stretches of runs (`merger.rs`).
+//! - Levels never increase from the oldest run to the newest, so merges only ever combine
+//!   adjacent runs.
 
 pub(crate) mod block;
 pub(crate) mod merger;
