@@ -246,11 +246,63 @@ impl Shared {
 }
 
 /// The checkpointer thread: applies layers to redb and then drops them from the snapshot.
+/// Asks the kernel to start writing the file's dirty pages to disk, without waiting. Without
+/// it the pages that non-durable checkpoints write stay in the page cache (the kernel's own
+/// writeback starts only at gigabytes, or after 30 s) until the next durable checkpoint's
+/// `fsync` flushes them all at once: hundreds of megabytes at high ingest rates, during which
+/// the log's own `fdatasync`s queue behind them and every client write stalls for 100-200 ms.
+/// Started early, the writes spread over the interval. Best effort: an error only loses that.
+fn start_writeback(file: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: sync_file_range only reads its integer arguments; the descriptor stays open
+    // for the call (borrowed from `file`).
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+/// The newest entry of each key `layers` (oldest first) hold in `table`, in key order: what a
+/// checkpoint writes. The keys are first copied into `arena`, newest layer first, and the stable
+/// sort keeps the first (newest) entry of each key. Sorting references to keys spread over the
+/// heap (one allocation each, in the layers' B-trees) missed the cache on nearly every
+/// comparison: copied, the sort merges keys that lie in order in memory, about three times faster
+/// for a checkpoint of 150,000 index entries (a third of the checkpointer's time before).
+fn newest_sorted<'a>(
+    layers: &'a [Arc<Layer>],
+    table: Table,
+    arena: &'a mut Vec<u8>,
+) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
+    if let [layer] = layers {
+        // One layer's keys are unique and in order already.
+        let map = layer.changes.table(table);
+        return map
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_deref()))
+            .collect();
+    }
+    arena.clear();
+    let mut spans: Vec<(usize, usize, Option<&'a [u8]>)> = Vec::new();
+    for layer in layers.iter().rev() {
+        for (k, v) in layer.changes.table(table) {
+            spans.push((arena.len(), k.len(), v.as_deref()));
+            arena.extend_from_slice(k);
+        }
+    }
+    let arena: &'a Vec<u8> = arena;
+    let key = |&(at, len, _): &(usize, usize, Option<&'a [u8]>)| &arena[at..at + len];
+    spans.sort_by(|a, b| key(a).cmp(key(b)));
+    spans.dedup_by(|later, first| key(later) == key(first));
+    spans.into_iter().map(|s| (key(&s), s.2)).collect()
+}
+
 pub(crate) struct Checkpointer {
     pub(crate) shared: Arc<Shared>,
     pub(crate) db: Arc<redb::Database>,
     /// `None` for in-memory stores, which have no log.
     pub(crate) segments: Option<Arc<Segments>>,
+    /// The redb file (`None` in memory), for starting the writeback of what a non-durable
+    /// checkpoint wrote (see [`start_writeback`]).
+    pub(crate) file: Option<std::fs::File>,
     /// Merging index runs (and their parsed metadata, shared with every [`Base`]).
     pub(crate) merges: Arc<Merges>,
 }
@@ -498,20 +550,11 @@ impl Checkpointer {
         } else {
             txn.set_durability(redb::Durability::None)?;
         }
+        let mut arena = Vec::new();
         for table in Table::ALL {
-            // Newest layer first, then a stable sort by key: the first entry of each key is
-            // its newest value, and redb receives the keys in order.
-            let mut entries: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
-            for layer in layers.iter().rev() {
-                let map = layer.changes.table(table);
-                entries.extend(map.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
-            }
+            let entries = newest_sorted(layers, table, &mut arena);
             if entries.is_empty() {
                 continue;
-            }
-            if layers.len() > 1 {
-                entries.sort_by(|a, b| a.0.cmp(b.0));
-                entries.dedup_by(|later, first| later.0 == first.0);
             }
             let started = Instant::now();
             let count = entries.len() as u64;
@@ -541,6 +584,11 @@ impl Checkpointer {
         }
         let started = Instant::now();
         txn.commit()?;
+        if !durable {
+            if let Some(file) = &self.file {
+                start_writeback(file);
+            }
+        }
         self.shared
             .metrics
             .checkpoint_commit_nanos
@@ -600,5 +648,57 @@ mod due_tests {
         // Never a zero wait (no busy loop).
         let almost = IDLE - Duration::from_micros(1);
         assert_eq!(due_by_age(ms(200), almost, interval), Some(ms(1)));
+    }
+}
+
+#[cfg(test)]
+mod newest_tests {
+    use super::newest_sorted;
+    use crate::layer::{Changes, Layer};
+    use crate::Table;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    type Writes = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+    fn layer(batch: u64, writes: &Writes) -> Arc<Layer> {
+        let mut changes = Changes::default();
+        for (k, v) in writes {
+            changes.table_mut(Table::Index).insert(k.clone(), v.clone());
+            // Another table's entries stay out of this table's result.
+            changes.table_mut(Table::Docs).insert(b"doc".to_vec(), None);
+        }
+        Arc::new(Layer::new(batch, changes))
+    }
+
+    proptest! {
+        /// Against a model: the batches applied to a map in order leave, per key, the value
+        /// the newest batch wrote (a delete included), in key order.
+        #[test]
+        fn the_newest_entry_of_each_key_in_key_order(
+            batches in prop::collection::vec(
+                prop::collection::vec(
+                    (prop::collection::vec(0u8..4, 0..4), prop::option::of(prop::collection::vec(any::<u8>(), 0..3))),
+                    0..8,
+                ),
+                0..6,
+            )
+        ) {
+            let layers: Vec<_> = batches.iter().enumerate().map(|(i, w)| layer(i as u64 + 1, w)).collect();
+            let mut model = BTreeMap::new();
+            for w in &batches {
+                for (k, v) in w {
+                    model.insert(k.clone(), v.clone());
+                }
+            }
+            let mut arena = Vec::new();
+            let got: Vec<(Vec<u8>, Option<Vec<u8>>)> = newest_sorted(&layers, Table::Index, &mut arena)
+                .into_iter()
+                .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+                .collect();
+            let want: Vec<_> = model.into_iter().collect();
+            prop_assert_eq!(got, want);
+        }
     }
 }

@@ -61,7 +61,9 @@ impl Store {
         let segments = Segments::new(dir);
         crate::wal::remove_stale_spare(dir)?;
         let writer = WalWriter::new(dir, segments.clone(), options.wal_segment_bytes, last_batch);
-        Store::start(db, options, Wal::File(writer), Some(segments), last_batch)
+        let file = std::fs::File::open(dir.join(FILE_NAME))?;
+        let log = Some((segments, file));
+        Store::start(db, options, Wal::File(writer), log, last_batch)
     }
 
     /// A store that lives in memory only: for tests of the layers above. `Durability` is
@@ -96,9 +98,10 @@ impl Store {
         db: redb::Database,
         options: StoreOptions,
         wal: Wal,
-        segments: Option<Arc<Segments>>,
+        log: Option<(Arc<Segments>, std::fs::File)>,
         last_batch: u64,
     ) -> Result<Store, StorageError> {
+        let (segments, file) = log.unzip();
         let db = Arc::new(db);
         let metrics = Arc::new(Metrics::default());
         let limits = Limits {
@@ -142,6 +145,7 @@ impl Store {
             shared: shared.clone(),
             db,
             segments,
+            file,
             merges,
         };
         let checkpointer = std::thread::Builder::new()
