@@ -21,10 +21,12 @@
 //! deletes it too.
 //!
 //! Segments are recycled: when a durable checkpoint covers a closed segment of at least
-//! [`SPARE_AFTER_BYTES`], it is renamed `wal-recycled.tmp` (if no such file exists) instead of
-//! being deleted, and the next spare is that file renamed, not a new file of zeros: writing the
-//! zeros was ~4% of the server's CPU during sustained inserts, and as much disk bandwidth as the
-//! log itself. Its old records stay after the new ones until overwritten. They are harmless:
+//! [`SPARE_AFTER_BYTES`], it is renamed `wal-recycled-<slot>.tmp` (if one of the
+//! [`RECYCLED_MAX`] slots is free) instead of being deleted, and the next spare is such a file
+//! renamed, not a new file of zeros: writing the zeros was ~4% of the server's CPU during
+//! sustained inserts, and as much disk bandwidth as the log itself (several slots, because at
+//! high write rates a durable checkpoint, every two seconds, covers several segments). Its old
+//! records stay after the new ones until overwritten. They are harmless:
 //! every one of them is of a batch the durable checkpoint had covered, and recovery skips every
 //! record of a batch at or below redb's checkpoint before looking at anything else (a checkpoint
 //! never goes back), so they read like the bytes of a torn tail.
@@ -75,7 +77,16 @@ const BUFFER_KEEP_BYTES: usize = 16 << 20;
 /// The preallocated next segment (see the module docs); not a segment name.
 const SPARE_NAME: &str = "wal-spare.tmp";
 /// A retired segment kept to become the next spare (see the module docs); not a segment name.
-const RECYCLED_NAME: &str = "wal-recycled.tmp";
+const RECYCLED_PREFIX: &str = "wal-recycled-";
+/// At most this many retired segments are kept to become spares (see the module docs).
+const RECYCLED_MAX: usize = 4;
+/// The single recycled file of format-3 stores written before there could be several.
+const RECYCLED_OLD_NAME: &str = "wal-recycled.tmp";
+
+/// The name of recycled segment `slot` (below [`RECYCLED_MAX`]).
+fn recycled_path(dir: &Path, slot: usize) -> PathBuf {
+    dir.join(format!("{RECYCLED_PREFIX}{slot}.tmp"))
+}
 /// A spare is prepared once the active segment holds this much: stores that log little (tests,
 /// idle servers) never write one.
 pub(crate) const SPARE_AFTER_BYTES: u64 = 1 << 20;
@@ -373,10 +384,14 @@ impl Segments {
 /// recycled file that the next spare is made of (see the module docs), if there is none yet
 /// and the segment is large enough to be worth it.
 fn retire(dir: &Path, path: &Path) -> io::Result<()> {
-    let recycled = dir.join(RECYCLED_NAME);
     let large = fs::metadata(path).is_ok_and(|m| m.len() >= SPARE_AFTER_BYTES);
-    if large && !recycled.exists() {
-        return fs::rename(path, recycled);
+    if large {
+        let free = (0..RECYCLED_MAX)
+            .map(|slot| recycled_path(dir, slot))
+            .find(|p| !p.exists());
+        if let Some(recycled) = free {
+            return fs::rename(path, recycled);
+        }
     }
     fs::remove_file(path)
 }
@@ -594,8 +609,10 @@ fn prepare_spare(dir: &Path, bytes: u64) -> io::Result<PathBuf> {
     const CHUNK: usize = 1 << 20;
     let path = dir.join(SPARE_NAME);
     // A retired segment is already written to its full size and synced: reuse it.
-    if fs::rename(dir.join(RECYCLED_NAME), &path).is_ok() {
-        return Ok(path);
+    for slot in 0..RECYCLED_MAX {
+        if fs::rename(recycled_path(dir, slot), &path).is_ok() {
+            return Ok(path);
+        }
     }
     let mut file = OpenOptions::new()
         .write(true)
@@ -616,8 +633,10 @@ fn prepare_spare(dir: &Path, bytes: u64) -> io::Result<PathBuf> {
 /// Deletes a spare segment and a recycled one (they hold no record that is not in redb): what
 /// a crash left behind, or at close.
 pub(crate) fn remove_stale_spare(dir: &Path) -> io::Result<()> {
-    for name in [SPARE_NAME, RECYCLED_NAME] {
-        match fs::remove_file(dir.join(name)) {
+    let recycled = (0..RECYCLED_MAX).map(|slot| recycled_path(dir, slot));
+    let names = [dir.join(SPARE_NAME), dir.join(RECYCLED_OLD_NAME)];
+    for path in names.into_iter().chain(recycled) {
+        match fs::remove_file(path) {
             Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
             _ => {}
         }

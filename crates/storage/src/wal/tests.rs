@@ -264,10 +264,10 @@ fn a_recycled_segment_replays_only_its_new_records() {
         txn.commit().unwrap();
     }
     segments.delete_covered(covered).unwrap();
-    assert!(dir.path().join(RECYCLED_NAME).exists());
+    assert!(recycled_path(dir.path(), 0).exists());
     // The spare is made of it, then the log rotates into that spare.
     let mut last = 0;
-    while dir.path().join(RECYCLED_NAME).exists() {
+    while recycled_path(dir.path(), 0).exists() {
         last = append(&mut w);
         assert!(last < 10_000, "the recycled segment never became a spare");
     }
@@ -292,8 +292,49 @@ fn a_recycled_segment_replays_only_its_new_records() {
         .collect();
     let expected: Vec<u64> = (covered + 1..=last).collect();
     assert_eq!(keys, expected);
-    assert!(!dir.path().join(RECYCLED_NAME).exists());
+    assert!((0..RECYCLED_MAX).all(|slot| !recycled_path(dir.path(), slot).exists()));
     assert!(!dir.path().join(SPARE_NAME).exists());
+}
+
+/// Covered segments fill the recycled slots, the rest are deleted; a spare takes a slot's
+/// file; open and close remove every one (and the single file older builds kept).
+#[test]
+fn covered_segments_fill_the_recycled_slots_and_spares_take_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let segment = |i: usize| {
+        let path = d.join(format!("wal-{i:020}.log"));
+        fs::write(&path, vec![0u8; SPARE_AFTER_BYTES as usize]).unwrap();
+        path
+    };
+    let small = d.join("wal-small.log");
+    fs::write(&small, b"x").unwrap();
+    retire(d, &small).unwrap();
+    assert!(
+        !small.exists() && !recycled_path(d, 0).exists(),
+        "too small to keep"
+    );
+    let paths: Vec<PathBuf> = (0..RECYCLED_MAX + 2).map(segment).collect();
+    for path in &paths {
+        retire(d, path).unwrap();
+    }
+    assert!(paths.iter().all(|p| !p.exists()));
+    assert!((0..RECYCLED_MAX).all(|slot| recycled_path(d, slot).exists()));
+    let spare = prepare_spare(d, 2 * SPARE_AFTER_BYTES).unwrap();
+    assert_eq!(
+        fs::metadata(&spare).unwrap().len(),
+        SPARE_AFTER_BYTES,
+        "a slot's file, not zeros"
+    );
+    assert_eq!(
+        (0..RECYCLED_MAX)
+            .filter(|&s| recycled_path(d, s).exists())
+            .count(),
+        RECYCLED_MAX - 1
+    );
+    fs::write(d.join(RECYCLED_OLD_NAME), b"").unwrap();
+    remove_stale_spare(d).unwrap();
+    assert_eq!(fs::read_dir(d).unwrap().count(), 0);
 }
 
 #[test]
