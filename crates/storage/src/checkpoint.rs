@@ -245,7 +245,6 @@ impl Shared {
     }
 }
 
-/// The checkpointer thread: applies layers to redb and then drops them from the snapshot.
 /// Asks the kernel to start writing the file's dirty pages to disk, without waiting. Without
 /// it the pages that non-durable checkpoints write stay in the page cache (the kernel's own
 /// writeback starts only at gigabytes, or after 30 s) until the next durable checkpoint's
@@ -295,6 +294,7 @@ fn newest_sorted<'a>(
     spans.into_iter().map(|s| (key(&s), s.2)).collect()
 }
 
+/// The checkpointer thread: applies layers to redb and then drops them from the snapshot.
 pub(crate) struct Checkpointer {
     pub(crate) shared: Arc<Shared>,
     pub(crate) db: Arc<redb::Database>,

@@ -381,8 +381,8 @@ impl Segments {
 }
 
 /// Removes a segment every batch of which a durable checkpoint covers, or keeps it as the
-/// recycled file that the next spare is made of (see the module docs), if there is none yet
-/// and the segment is large enough to be worth it.
+/// recycled file that a later spare is made of (see the module docs), if a slot is free and
+/// the segment is large enough to be worth it.
 fn retire(dir: &Path, path: &Path) -> io::Result<()> {
     let large = fs::metadata(path).is_ok_and(|m| m.len() >= SPARE_AFTER_BYTES);
     if large {
