@@ -318,3 +318,24 @@ pub fn lower_current_thread_priority(nice: i32) {
     #[cfg(not(target_os = "linux"))]
     let _ = nice;
 }
+
+/// Puts the calling thread in Linux's `SCHED_IDLE` class, for CPU-heavy work no client waits
+/// on: such a thread runs when no normal thread wants the core and is preempted at once when
+/// one wakes, which a nice value does not promise (a thread at nice 10 or 19 still takes its
+/// slice before a client's thread that wakes behind it). Returns whether it took effect;
+/// elsewhere, or if refused, it lowers the thread to `fallback_nice` instead.
+///
+/// Only for threads that hold no lock a client's thread waits for while they compute (an idle
+/// thread preempted inside such a lock would hold it until a core is free).
+pub fn make_current_thread_idle(fallback_nice: i32) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` is a valid sched_param for the call; pid 0 is the calling thread.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0 {
+            return true;
+        }
+    }
+    lower_current_thread_priority(fallback_nice);
+    false
+}
