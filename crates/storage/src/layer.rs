@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use redb::{ReadOnlyTable, ReadableDatabase, ReadableTableMetadata};
@@ -103,7 +103,7 @@ impl Layer {
 
     /// What the layer says about `key` (whose [`key_hash`] is `hash`): `Some(None)` for a
     /// delete, `None` if it does not mention the key.
-    fn get(&self, table: Table, key: &[u8], hash: u64) -> Option<&Option<Vec<u8>>> {
+    pub(crate) fn get(&self, table: Table, key: &[u8], hash: u64) -> Option<&Option<Vec<u8>>> {
         if !self.blooms[table.index()].may_contain(hash) {
             return None;
         }
@@ -290,7 +290,42 @@ pub(crate) struct Snapshot {
     pub(crate) covered: usize,
 }
 
+/// Where a read happened: a snapshot's redb state and its newest layer, without keeping either
+/// alive. A job on the writer can tell from it which committed batches are newer than the read
+/// (see [`WriteTxn::get_read_at`](crate::WriteTxn::get_read_at)).
+#[derive(Clone)]
+pub struct ReadPoint {
+    base: Weak<Base>,
+    layers: usize,
+    newest: Option<Weak<Layer>>,
+}
+
 impl Snapshot {
+    /// This snapshot as a [`ReadPoint`].
+    pub(crate) fn point(self: &Arc<Self>) -> ReadPoint {
+        ReadPoint {
+            base: Arc::downgrade(&self.base),
+            layers: self.layers.len(),
+            newest: self.layers.last().map(Arc::downgrade),
+        }
+    }
+
+    /// The layers this snapshot has that the snapshot `at` describes did not, newest last; `None`
+    /// if `at` is not an ancestor of this snapshot (a checkpoint has replaced its redb state
+    /// since, or it is not this store's).
+    pub(crate) fn layers_since(&self, at: &ReadPoint) -> Option<&[Arc<Layer>]> {
+        if !std::ptr::eq(Arc::as_ptr(&self.base), at.base.as_ptr()) || self.layers.len() < at.layers
+        {
+            return None;
+        }
+        let same_newest = match (&at.newest, at.layers.checked_sub(1)) {
+            (None, None) => true,
+            (Some(newest), Some(i)) => std::ptr::eq(Arc::as_ptr(&self.layers[i]), newest.as_ptr()),
+            _ => false,
+        };
+        same_newest.then(|| &self.layers[at.layers..])
+    }
+
     /// The value under `key`: the newest layer that mentions the key decides, else redb.
     pub(crate) fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         if !self.layers.is_empty() {

@@ -177,6 +177,7 @@ mod write;
 mod writer;
 
 pub use error::{StorageError, WriteError};
+pub use layer::ReadPoint;
 pub use read::{Entry, ReadRange, ReadTxn};
 pub use store::{Store, FILE_NAME};
 pub use tables::{decode_u64, encode_u64, Table, ENTRY_BYTES_MAX, FORMAT_VERSION, TABLE_COUNT};

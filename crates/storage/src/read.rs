@@ -10,7 +10,7 @@
 use std::ops::RangeBounds;
 use std::sync::Arc;
 
-use crate::layer::Snapshot;
+use crate::layer::{ReadPoint, Snapshot};
 use crate::merge::{Merged, Side};
 use crate::tables::{self, Table};
 use crate::StorageError;
@@ -34,6 +34,12 @@ impl ReadTxn {
     /// The value stored under `key`, if any.
     pub fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         self.snapshot.get(table, key)
+    }
+
+    /// Where this transaction reads, for a write job that reuses values read here (see
+    /// [`WriteTxn::get_read_at`](crate::WriteTxn::get_read_at)).
+    pub fn point(&self) -> ReadPoint {
+        self.snapshot.point()
     }
 
     /// A counter stored with [`encode_u64`](crate::encode_u64).

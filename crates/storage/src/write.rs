@@ -11,7 +11,7 @@
 
 use std::ops::RangeBounds;
 
-use crate::layer::{Changes, Snapshot};
+use crate::layer::{key_hash, Changes, ReadPoint, Snapshot};
 use crate::merge::{Merged, Side};
 use crate::read::Entry;
 use crate::tables::{self, KeyBounds, Table};
@@ -78,6 +78,37 @@ impl<'a> WriteTxn<'a> {
             return Ok(pending.clone());
         }
         self.snapshot.get(table, key)
+    }
+
+    /// The value under `key` as this job would leave it, given `read`: what a [`ReadTxn`]
+    /// at `at` returned for it. When `at` is an ancestor of the job's snapshot, only the
+    /// batches committed since `at` (in memory, a few) and this batch are looked at, and `read`
+    /// is the answer if none of them wrote `key`; otherwise (a checkpoint has replaced redb's
+    /// state since `at`) this is [`get`](WriteTxn::get). So callers may read on their own
+    /// thread what a job will need and spare the writer the reads that reach redb (in a trigger
+    /// fan-out, a quarter of the writer's time went to the before-images of new documents).
+    ///
+    /// [`ReadTxn`]: crate::ReadTxn
+    pub fn get_read_at(
+        &self,
+        table: Table,
+        key: &[u8],
+        at: &ReadPoint,
+        read: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
+        if let Some(pending) = self.batch.table(table).get(key) {
+            return Ok(pending.clone());
+        }
+        let Some(newer) = self.snapshot.layers_since(at) else {
+            return self.snapshot.get(table, key);
+        };
+        let hash = key_hash(key);
+        for layer in newer.iter().rev() {
+            if let Some(pending) = layer.get(table, key, hash) {
+                return Ok(pending.clone());
+            }
+        }
+        Ok(read.map(<[u8]>::to_vec))
     }
 
     /// A counter stored with [`encode_u64`](crate::encode_u64).
@@ -214,6 +245,57 @@ mod tests {
             .collect();
         assert_eq!(keys, [(&b"a"[..], &b"1"[..]), (b"b", b"two"), (b"d", b"4")]);
         assert_eq!(seen.2, Some(7));
+    }
+
+    #[test]
+    fn a_value_read_at_a_point_stands_until_a_later_batch_writes_its_key() {
+        let store = Store::in_memory(StoreOptions {
+            checkpoint_interval_ms: 3_600_000,
+            ..StoreOptions::default()
+        })
+        .unwrap();
+        let empty = store.read().unwrap().point();
+        run(&store, |txn| {
+            txn.put(Table::Docs, b"a", b"1")?;
+            txn.put(Table::Docs, b"b", b"1")
+        });
+        let at = store.read().unwrap().point();
+        let get = |at: &crate::ReadPoint, key: &'static [u8], read: Option<&'static [u8]>| {
+            let at = at.clone();
+            run(&store, move |txn| {
+                txn.get_read_at(Table::Docs, key, &at, read)
+            })
+        };
+        // Nothing wrote the keys since the point: what was read there is the answer (a
+        // stand-in shows that the store was not read again).
+        assert_eq!(
+            get(&at, b"a", Some(b"stand-in")),
+            Some(b"stand-in".to_vec())
+        );
+        assert_eq!(get(&at, b"zz", None), None);
+        // A point before every layer: the layers since decide.
+        assert_eq!(get(&empty, b"a", None), Some(b"1".to_vec()));
+        // Batches committed after the point win over what was read at it.
+        run(&store, |txn| {
+            txn.put(Table::Docs, b"b", b"2")?;
+            txn.delete(Table::Docs, b"a");
+            Ok(())
+        });
+        assert_eq!(get(&at, b"b", Some(b"1")), Some(b"2".to_vec()));
+        assert_eq!(get(&at, b"a", Some(b"1")), None);
+        // So do the job's own writes and its batch's.
+        let at2 = at.clone();
+        let own = run(&store, move |txn| {
+            txn.put(Table::Docs, b"c", b"3")?;
+            txn.get_read_at(Table::Docs, b"c", &at2, None)
+        });
+        assert_eq!(own, Some(b"3".to_vec()));
+        // Once a checkpoint has replaced redb's state the point is no ancestor of the job's
+        // snapshot: the store is read, whatever the caller read.
+        store.checkpoint().unwrap();
+        assert_eq!(get(&at, b"b", Some(b"stand-in")), Some(b"2".to_vec()));
+        assert_eq!(get(&at, b"a", Some(b"stand-in")), None);
+        assert_eq!(get(&empty, b"c", None), Some(b"3".to_vec()));
     }
 
     #[test]

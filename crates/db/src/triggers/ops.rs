@@ -8,7 +8,7 @@ use crate::layout::{doc_key, prefix_end};
 use crate::triggers::def::{TriggerDef, TRIGGERS_MAX};
 use crate::triggers::registry::Registry;
 use crate::triggers::task::{dead_prefix, queue_prefix, Task, TaskId};
-use crate::write::{apply, prepare, ApplyCtx, CommitOutcome, Write};
+use crate::write::{apply, prepare, ApplyCtx, CommitOutcome, KnownDocs, Write};
 use herald_storage::{ReadTxn, Table, Ticket, WriteTxn};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -246,6 +246,12 @@ impl Db {
         } else {
             prepare(&mut writes, &self.inner.settings.limits, TASK_WRITES_MAX)?
         };
+        // Read here, on the task's (low-priority) thread, not on the writer.
+        let known = if writes.is_empty() {
+            None
+        } else {
+            Some(KnownDocs::read(&self.inner.store, &writes)?)
+        };
         let inner = Arc::clone(&self.inner);
         let heavy = writes.len() > TASK_WRITES_HEAVY;
         // Background: a client's write never waits behind a backlog of trigger tasks.
@@ -277,6 +283,7 @@ impl Db {
                     depth: task.depth,
                     now_ms: crate::db::now_ms(),
                     guard: None,
+                    known: known.as_ref(),
                 };
                 Some(apply(txn, &mut writes, &mut encoded, &ctx)?)
             };
