@@ -513,3 +513,64 @@ pub fn task_json(id: TaskId, task: &Task) -> Value {
         "attempts": task.attempts, "createdMs": task.created_ms, "lastError": task.last_error,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::triggers::TriggerDef;
+    use crate::write::Write;
+    use crate::{Db, DbError, DbOptions};
+    use serde_json::json;
+
+    /// A trigger task reads the documents it replaces before it is queued (`KnownDocs`); a
+    /// client write committed between that read and the task's commit must still be what the
+    /// task's update applies to.
+    #[test]
+    fn a_task_applies_its_update_to_a_write_committed_after_it_read_the_document() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), DbOptions::default()).unwrap();
+        let def = TriggerDef::parse("t", &json!({"collection": "a", "function": "f"})).unwrap();
+        let uid = db.put_trigger(def).unwrap().0.uid;
+        let put = |c: &str, id: &str, doc: serde_json::Value| Write::Put {
+            collection: c.into(),
+            id: id.into(),
+            doc,
+            if_version: None,
+        };
+        db.commit(vec![put("counters", "c", json!({"n": 1}))])
+            .unwrap();
+        db.commit(vec![put("a", "1", json!({}))]).unwrap();
+        let (id, _) = db.load_tasks(uid, None, 1).unwrap().remove(0);
+        // Hold the writer in a background job, so the next batch is a client's.
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let stall = db
+            .inner
+            .store
+            .submit_background(move |_txn| {
+                started_tx.send(()).unwrap();
+                released.recv().ok();
+                Ok::<(), DbError>(())
+            })
+            .unwrap();
+        started.recv().unwrap();
+        // The task reads counters/c now (n = 1) and queues behind the stall...
+        let inc = Write::Update {
+            collection: "counters".into(),
+            id: "c".into(),
+            update: herald_query::Update::parse(&json!({"$inc": {"n": 10}})).unwrap(),
+            upsert: false,
+            if_version: None,
+        };
+        let task = db.complete_task(id, vec![inc], vec![]).unwrap();
+        // ...and a client's write commits before it.
+        let client = db
+            .submit(vec![put("counters", "c", json!({"n": 5}))])
+            .unwrap();
+        release.send(()).unwrap();
+        stall.wait().unwrap();
+        assert_eq!(client.wait().unwrap().results[0].version, 2);
+        task.wait().unwrap();
+        let c = db.get("counters", "c").unwrap().unwrap();
+        assert_eq!((c.version, c.doc["n"].clone()), (3, json!(15)));
+    }
+}
