@@ -15,6 +15,10 @@ pub struct Catalog {
     /// whole (and keep doing so, so one index never mixes the two forms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub string_key_bytes_max: Option<usize>,
+    /// Counts the catalog changes made since the database opened (not persisted). Index
+    /// entries computed outside the writer are used only if it has not moved since.
+    #[serde(skip)]
+    pub generation: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -582,6 +582,7 @@ impl Db {
             let mut cat = inner.catalog.write().expect("catalog lock");
             let mut next = cat.clone();
             let out = change(&mut next)?;
+            next.generation += 1;
             txn.put(
                 Table::Meta,
                 META_CATALOG.to_vec(),

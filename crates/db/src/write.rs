@@ -354,14 +354,50 @@ pub(crate) struct KnownDocs {
     at: herald_storage::ReadPoint,
     /// Document key -> stored record (`None`: no document).
     docs: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Per write, the index entries of the document a put or insert supplies, computed with
+    /// the catalog of `generation` (taken by the writer, so a `Cell`).
+    entries: Vec<std::cell::Cell<Option<crate::indexer::Entries>>>,
+    generation: u64,
 }
 
 impl KnownDocs {
-    /// Reads, at the newest snapshot, the documents `writes` (already prepared) replace.
+    /// Reads, at the newest snapshot, the documents `writes` (already prepared) replace, and
+    /// computes the index entries of the documents they supply.
     pub(crate) fn read(
         store: &herald_storage::Store,
+        catalog: &RwLock<Catalog>,
         writes: &[Write],
     ) -> Result<KnownDocs, DbError> {
+        let (generation, entries) = {
+            let cat = catalog.read().expect("catalog lock");
+            let limit = cat.key_string_limit();
+            let entries = writes
+                .iter()
+                .map(|w| {
+                    let (collection, id, doc) = match w {
+                        Write::Put {
+                            collection,
+                            id,
+                            doc,
+                            ..
+                        } => (collection, id.as_str(), doc),
+                        Write::Insert {
+                            collection,
+                            id,
+                            doc,
+                            ..
+                        } => (collection, id.as_deref().expect("prepared"), doc),
+                        Write::Update { .. } | Write::Delete { .. } => {
+                            return std::cell::Cell::new(None)
+                        }
+                    };
+                    // An error is left for the writer to find and report.
+                    let computed = entries(collection, id, doc, cat.collection(collection), limit);
+                    std::cell::Cell::new(computed.ok())
+                })
+                .collect();
+            (cat.generation, entries)
+        };
         let read = store.read()?;
         let mut docs = std::collections::HashMap::with_capacity(writes.len());
         for w in writes {
@@ -381,6 +417,8 @@ impl KnownDocs {
         Ok(KnownDocs {
             at: read.point(),
             docs,
+            entries,
+            generation,
         })
     }
 }
@@ -524,9 +562,14 @@ pub(crate) fn apply(
                 Some(d) => entries(collection, id, d, cc, limit)?.keys,
                 None => Default::default(),
             };
-            let mut new = match &new_doc {
-                Some(d) => entries(collection, id, d, cc, limit)?,
-                None => Default::default(),
+            let computed = ctx
+                .known
+                .filter(|k| k.generation == cat.generation)
+                .and_then(|k| k.entries.get(index)?.take());
+            let mut new = match (&new_doc, computed) {
+                (Some(_), Some(computed)) => computed,
+                (Some(d), None) => entries(collection, id, d, cc, limit)?,
+                (None, _) => Default::default(),
             };
             for k in old.difference(&new.keys) {
                 txn.delete(Table::Index, k.clone());

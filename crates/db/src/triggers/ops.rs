@@ -241,7 +241,7 @@ impl Db {
         mut writes: Vec<Write>,
         reads: Vec<ReadCheck>,
     ) -> Result<Ticket<TaskDone, DbError>, DbError> {
-        let mut encoded = if writes.is_empty() {
+        let encoded = if writes.is_empty() {
             Vec::new()
         } else {
             prepare(&mut writes, &self.inner.settings.limits, TASK_WRITES_MAX)?
@@ -250,8 +250,24 @@ impl Db {
         let known = if writes.is_empty() {
             None
         } else {
-            Some(KnownDocs::read(&self.inner.store, &writes)?)
+            Some(KnownDocs::read(
+                &self.inner.store,
+                &self.inner.catalog,
+                &writes,
+            )?)
         };
+        self.submit_task(id, writes, encoded, reads, known)
+    }
+
+    /// [`complete_task`](Db::complete_task) once its writes are prepared and `known` read.
+    fn submit_task(
+        &self,
+        id: TaskId,
+        mut writes: Vec<Write>,
+        mut encoded: crate::write::Encoded,
+        reads: Vec<ReadCheck>,
+        known: Option<KnownDocs>,
+    ) -> Result<Ticket<TaskDone, DbError>, DbError> {
         let inner = Arc::clone(&self.inner);
         let heavy = writes.len() > TASK_WRITES_HEAVY;
         // Background: a client's write never waits behind a backlog of trigger tasks.
@@ -516,10 +532,68 @@ pub fn task_json(id: TaskId, task: &Task) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use crate::layout::index_prefix;
     use crate::triggers::TriggerDef;
-    use crate::write::Write;
+    use crate::write::{prepare, KnownDocs, Write};
     use crate::{Db, DbError, DbOptions};
+    use herald_storage::Table;
     use serde_json::json;
+
+    /// Index entries a task computed before a catalog change are not used after it.
+    #[test]
+    fn entries_computed_before_a_catalog_change_are_computed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), DbOptions::default()).unwrap();
+        let def = TriggerDef::parse("t", &json!({"collection": "a", "function": "f"})).unwrap();
+        let uid = db.put_trigger(def).unwrap().0.uid;
+        let put = |id: &str| Write::Put {
+            collection: "t".into(),
+            id: id.into(),
+            doc: json!({"x": 1, "y": 2}),
+            if_version: None,
+        };
+        for i in 0..2 {
+            db.commit(vec![Write::Put {
+                collection: "a".into(),
+                id: i.to_string(),
+                doc: json!({}),
+                if_version: None,
+            }])
+            .unwrap();
+        }
+        let tasks = db.load_tasks(uid, None, 2).unwrap();
+        let complete = |task: usize, id: &str, exempt: Option<&str>| {
+            let mut writes = vec![put(id)];
+            let encoded = prepare(&mut writes, &db.inner.settings.limits, 10).unwrap();
+            let known = KnownDocs::read(&db.inner.store, &db.inner.catalog, &writes).unwrap();
+            if let Some(path) = exempt {
+                db.set_exemptions("t", vec![path.into()]).unwrap();
+            }
+            db.submit_task(tasks[task].0, writes, encoded, vec![], Some(known))
+                .unwrap()
+                .wait()
+                .unwrap();
+        };
+        let indexed = |field: &str, id: &str| {
+            let prefix = index_prefix("t", &crate::indexer::field_index_name(field));
+            let read = db.inner.store.read().unwrap();
+            let ids: Vec<Vec<u8>> = read
+                .range(Table::Index, prefix.clone()..)
+                .unwrap()
+                .map(|e| e.unwrap())
+                .take_while(|(k, _)| k.starts_with(&prefix))
+                .map(|(_, v)| v)
+                .collect();
+            ids.contains(&id.as_bytes().to_vec())
+        };
+        // No change in between: the entries computed beforehand are the ones written.
+        complete(0, "d1", None);
+        assert!(indexed("x", "d1") && indexed("y", "d1"));
+        // `x` exempted between computing and committing: its entry must not be written.
+        complete(1, "d2", Some("x"));
+        assert!(!indexed("x", "d2"));
+        assert!(indexed("y", "d2"));
+    }
 
     /// A trigger task reads the documents it replaces before it is queued (`KnownDocs`); a
     /// client write committed between that read and the task's commit must still be what the
