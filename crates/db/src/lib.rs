@@ -16,6 +16,7 @@ mod db;
 mod error;
 mod exec;
 mod indexer;
+mod known;
 mod layout;
 pub mod live;
 mod mutations;

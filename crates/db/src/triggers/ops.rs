@@ -4,11 +4,12 @@
 
 use crate::db::{publish_hook, Db};
 use crate::error::DbError;
+use crate::known::KnownDocs;
 use crate::layout::{doc_key, prefix_end};
 use crate::triggers::def::{TriggerDef, TRIGGERS_MAX};
 use crate::triggers::registry::Registry;
 use crate::triggers::task::{dead_prefix, queue_prefix, Task, TaskId};
-use crate::write::{apply, prepare, ApplyCtx, CommitOutcome, KnownDocs, Write};
+use crate::write::{apply, prepare, ApplyCtx, CommitOutcome, Write};
 use herald_storage::{ReadTxn, Table, Ticket, WriteTxn};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -532,9 +533,10 @@ pub fn task_json(id: TaskId, task: &Task) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use crate::known::KnownDocs;
     use crate::layout::index_prefix;
     use crate::triggers::TriggerDef;
-    use crate::write::{prepare, KnownDocs, Write};
+    use crate::write::{prepare, Write};
     use crate::{Db, DbError, DbOptions};
     use herald_storage::Table;
     use serde_json::json;
