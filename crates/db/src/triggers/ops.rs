@@ -539,33 +539,37 @@ mod tests {
     use crate::write::{prepare, Write};
     use crate::{Db, DbError, DbOptions};
     use herald_storage::Table;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    fn put(collection: &str, id: &str, doc: Value) -> Write {
+        Write::Put {
+            collection: collection.into(),
+            id: id.into(),
+            doc,
+            if_version: None,
+        }
+    }
+
+    /// A database with a function trigger on collection `a`, and the trigger's uid.
+    fn with_trigger(dir: &std::path::Path) -> (Db, u64) {
+        let db = Db::open(dir, DbOptions::default()).unwrap();
+        let def = TriggerDef::parse("t", &json!({"collection": "a", "function": "f"})).unwrap();
+        let uid = db.put_trigger(def).unwrap().0.uid;
+        (db, uid)
+    }
 
     /// Index entries a task computed before a catalog change are not used after it.
     #[test]
     fn entries_computed_before_a_catalog_change_are_computed_again() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path(), DbOptions::default()).unwrap();
-        let def = TriggerDef::parse("t", &json!({"collection": "a", "function": "f"})).unwrap();
-        let uid = db.put_trigger(def).unwrap().0.uid;
-        let put = |id: &str| Write::Put {
-            collection: "t".into(),
-            id: id.into(),
-            doc: json!({"x": 1, "y": 2}),
-            if_version: None,
-        };
+        let (db, uid) = with_trigger(dir.path());
         for i in 0..2 {
-            db.commit(vec![Write::Put {
-                collection: "a".into(),
-                id: i.to_string(),
-                doc: json!({}),
-                if_version: None,
-            }])
-            .unwrap();
+            db.commit(vec![put("a", &i.to_string(), json!({}))])
+                .unwrap();
         }
         let tasks = db.load_tasks(uid, None, 2).unwrap();
         let complete = |task: usize, id: &str, exempt: Option<&str>| {
-            let mut writes = vec![put(id)];
+            let mut writes = vec![put("t", id, json!({"x": 1, "y": 2}))];
             let encoded = prepare(&mut writes, &db.inner.settings.limits, 10).unwrap();
             let known = KnownDocs::read(&db.inner.store, &db.inner.catalog, &writes).unwrap();
             if let Some(path) = exempt {
@@ -603,15 +607,7 @@ mod tests {
     #[test]
     fn a_task_applies_its_update_to_a_write_committed_after_it_read_the_document() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path(), DbOptions::default()).unwrap();
-        let def = TriggerDef::parse("t", &json!({"collection": "a", "function": "f"})).unwrap();
-        let uid = db.put_trigger(def).unwrap().0.uid;
-        let put = |c: &str, id: &str, doc: serde_json::Value| Write::Put {
-            collection: c.into(),
-            id: id.into(),
-            doc,
-            if_version: None,
-        };
+        let (db, uid) = with_trigger(dir.path());
         db.commit(vec![put("counters", "c", json!({"n": 1}))])
             .unwrap();
         db.commit(vec![put("a", "1", json!({}))]).unwrap();
