@@ -73,6 +73,9 @@ pub(crate) struct Layer {
     /// Per table, which keys the layer may hold: a point lookup skips most layers without
     /// searching their maps.
     blooms: [Bloom; TABLE_COUNT],
+    /// Per table, which [`segment`]s its keys may start with: a range scan within one segment
+    /// (one collection's documents or index entries) skips the layers that never wrote to it.
+    segments: [Bloom; TABLE_COUNT],
     /// [`Filter::hash`] of every key the layer mentions, in every table: what publishing the
     /// layer adds to its generation's [`Filter`], and what a checkpoint adds to the next one.
     filter_hashes: Vec<u64>,
@@ -89,12 +92,15 @@ impl Layer {
             filter_hashes.extend(hashes.iter().map(|&h| Filter::hash(Table::ALL[i], h)));
             Bloom::new(&hashes)
         });
+        let segments = std::array::from_fn(|i| Bloom::new(&segment_hashes(&changes.maps[i])));
         Layer {
             batch,
             bytes: changes.bytes()
                 + blooms.iter().map(Bloom::bytes).sum::<usize>()
+                + segments.iter().map(Bloom::bytes).sum::<usize>()
                 + filter_hashes.len() * 8,
             blooms,
+            segments,
             filter_hashes,
             changes,
             created: Instant::now(),
@@ -109,6 +115,54 @@ impl Layer {
         }
         self.changes.table(table).get(key)
     }
+
+    /// Whether the layer may hold keys of `table` in a range whose keys all start with the
+    /// segment hashed as `segment` (`None`: the range is not within one segment).
+    fn may_hold_segment(&self, table: Table, segment: Option<u64>) -> bool {
+        segment.is_none_or(|hash| self.segments[table.index()].may_contain(hash))
+    }
+}
+
+/// A key's first segment: its bytes up to and including the first 0x00, or `None` if it has
+/// none. The database layer's document and index keys start with `collection 0x00`, so a
+/// segment is a collection; storage only relies on byte order.
+fn segment(key: &[u8]) -> Option<&[u8]> {
+    key.iter().position(|&b| b == 0).map(|end| &key[..=end])
+}
+
+/// The [`key_hash`] of every distinct [`segment`] of a map's keys (keys sort by segment first,
+/// so equal segments are adjacent).
+fn segment_hashes(map: &TableMap) -> Vec<u64> {
+    let mut hashes = Vec::new();
+    let mut last: Option<&[u8]> = None;
+    for key in map.keys() {
+        let Some(seg) = segment(key) else { continue };
+        if last != Some(seg) {
+            hashes.push(key_hash(seg));
+            last = Some(seg);
+        }
+    }
+    hashes
+}
+
+/// The segment every key of `bounds` starts with, if the range is within one: the start's
+/// segment `S = P 0x00`, when the end lies at or before `P 0x01` (excluded) or before it
+/// (included). Every key `k` with `S <= k < P 0x01` starts with `P` followed by 0x00, so a
+/// layer with no key of segment `S` has nothing in the range.
+fn range_segment(bounds: &KeyBounds<'_>) -> Option<u64> {
+    let start = match bounds.0 {
+        Bound::Included(k) | Bound::Excluded(k) => k,
+        Bound::Unbounded => return None,
+    };
+    let seg = segment(start)?;
+    let mut limit = seg.to_vec();
+    *limit.last_mut().expect("a segment ends with 0x00") = 1;
+    let within = match bounds.1 {
+        Bound::Excluded(end) => end <= limit.as_slice(),
+        Bound::Included(end) => end < limit.as_slice(),
+        Bound::Unbounded => false,
+    };
+    within.then(|| key_hash(seg))
 }
 
 /// A Bloom filter over one table's keys in one layer: about 24 bits per key, 3 bits per key all
@@ -371,9 +425,11 @@ impl Snapshot {
                 (!range.is_empty()).then_some(Source::Run(range))
             }));
         }
+        let segment = range_segment(&bounds);
         let maps = self
             .layers
             .iter()
+            .filter(|layer| layer.may_hold_segment(table, segment))
             .map(|layer| layer.changes.table(table))
             .chain(newer.iter().copied());
         Ok(Merged::new(sources, maps, bounds))
@@ -437,6 +493,83 @@ mod bloom_tests {
             );
         }
         assert!(!Bloom::new(&[]).may_contain(key_hash(b"k")));
+    }
+}
+
+#[cfg(test)]
+mod segment_tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::ops::RangeBounds;
+
+    fn bound(kind: u8, key: &[u8]) -> Bound<&[u8]> {
+        match kind % 3 {
+            0 => Bound::Included(key),
+            1 => Bound::Excluded(key),
+            _ => Bound::Unbounded,
+        }
+    }
+
+    fn in_bounds(key: &[u8], bounds: &KeyBounds<'_>) -> bool {
+        (bounds.0, bounds.1).contains(&key)
+    }
+
+    #[test]
+    fn collection_and_index_ranges_are_within_one_segment() {
+        let hash = Some(key_hash(b"follows\0"));
+        let prefix = b"follows\0".as_slice();
+        let end = b"follows\x01".as_slice();
+        assert_eq!(
+            range_segment(&(Bound::Included(prefix), Bound::Excluded(end))),
+            hash
+        );
+        let index = b"follows\0f:followee\0\x05u7".as_slice();
+        let index_end = b"follows\0f:followee\0\x05u8".as_slice();
+        assert_eq!(
+            range_segment(&(Bound::Included(index), Bound::Excluded(index_end))),
+            hash
+        );
+        // `follows 0x01` itself has no segment, so an included end there is not within one.
+        assert_eq!(
+            range_segment(&(Bound::Included(prefix), Bound::Included(end))),
+            None
+        );
+        assert_eq!(
+            range_segment(&(Bound::Included(prefix), Bound::Unbounded)),
+            None
+        );
+        assert_eq!(
+            range_segment(&(Bound::Included(b"follow".as_slice()), Bound::Excluded(end))),
+            None
+        );
+    }
+
+    /// A layer holding a key in range always passes: whenever a range is said to lie within
+    /// one segment, every key in it has that segment.
+    #[test]
+    fn no_layer_with_a_key_in_range_is_skipped() {
+        let alphabet = prop::sample::select(vec![0u8, 1, b'a', b'b', 0xFF]);
+        let key = prop::collection::vec(alphabet, 0..6);
+        proptest!(|(keys in prop::collection::vec(key.clone(), 1..20), start in key.clone(),
+                    end in key, kinds in (0u8..3, 0u8..3))| {
+            let bounds = (bound(kinds.0, &start), bound(kinds.1, &end));
+            let mut changes = Changes::default();
+            for k in &keys {
+                changes.table_mut(Table::Index).insert(k.clone(), None);
+            }
+            let layer = Layer::new(1, changes);
+            let segment = range_segment(&bounds);
+            for k in keys.iter().filter(|k| in_bounds(k, &bounds)) {
+                if let Some(hash) = segment {
+                    prop_assert_eq!(segment_of(k), Some(hash), "{:?} in {:?}", k, bounds);
+                }
+                prop_assert!(layer.may_hold_segment(Table::Index, segment));
+            }
+        });
+    }
+
+    fn segment_of(key: &[u8]) -> Option<u64> {
+        segment(key).map(key_hash)
     }
 }
 
