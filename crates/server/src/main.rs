@@ -7,6 +7,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Bounds of `--cache-mib`: below 16 MiB redb would mostly read pages from the file; the upper
+/// bound only catches a unit mistake (1 TiB).
+const CACHE_MIB_MIN: u64 = 16;
+const CACHE_MIB_MAX: u64 = 1 << 20;
+
 /// mimalloc: the write path allocates many small buffers; it measured ~10% faster than glibc.
 /// Built without transparent huge pages (`no_thp`, workspace Cargo.toml): memory it purged and
 /// touched again came back as 2 MiB pages zeroed whole, ~9% of the writer's samples in a
@@ -255,6 +260,9 @@ enum BenchCommand {
         exempt: Vec<String>,
         #[arg(long, value_enum, default_value = "fsync")]
         durability: DurabilityArg,
+        /// The server's redb cache (`herald serve --cache-mib`); default: the server's default.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(CACHE_MIB_MIN..=CACHE_MIB_MAX))]
+        cache_mib: Option<u64>,
         /// Find the highest rate with pull p95 <= 100 ms, then <= 1 s.
         #[arg(long)]
         search: bool,
@@ -309,6 +317,9 @@ enum BenchCommand {
         atomic: bool,
         #[arg(long, value_enum, default_value = "fsync")]
         durability: DurabilityArg,
+        /// The server's redb cache (`herald serve --cache-mib`); default: the server's default.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(CACHE_MIB_MIN..=CACHE_MIB_MAX))]
+        cache_mib: Option<u64>,
         #[arg(long, default_value_t = 42)]
         seed: u64,
         /// JSON output (default: target/bench-results/stream.json); charts next to it.
@@ -419,6 +430,14 @@ enum Command {
         /// When a write is acknowledged.
         #[arg(long, value_enum, default_value = "fsync")]
         durability: DurabilityArg,
+        /// Memory for redb's page cache, in MiB: pages read and, up to half of it, pages
+        /// written since the last durable checkpoint (docs/storage.md, "The page cache").
+        #[arg(
+            long,
+            default_value_t = (herald_db::CACHE_BYTES_MAX >> 20) as u64,
+            value_parser = clap::value_parser!(u64).range(CACHE_MIB_MIN..=CACHE_MIB_MAX)
+        )]
+        cache_mib: u64,
         /// Commit-log records kept (the window for live-query resume).
         #[arg(long, default_value_t = 1_000_000)]
         log_retention_count: u64,
@@ -678,6 +697,7 @@ fn main() {
             pull_ms,
             exempt,
             durability,
+            cache_mib,
             search,
             max_rate,
             bisect_steps,
@@ -696,6 +716,7 @@ fn main() {
                 pull_ms,
                 exempt: exempt.into_iter().filter(|e| !e.is_empty()).collect(),
                 durability: durability_of(durability),
+                cache_mib,
                 search,
                 max_rate,
                 bisect_steps,
@@ -716,6 +737,7 @@ fn main() {
             via,
             atomic,
             durability,
+            cache_mib,
             seed,
             out,
         }) => {
@@ -740,6 +762,7 @@ fn main() {
                 via: via_of(via),
                 atomic,
                 durability: durability_of(durability),
+                cache_mib,
                 seed,
                 out,
             };
@@ -788,6 +811,7 @@ fn main() {
             rules,
             allowed_origins,
             durability,
+            cache_mib,
             log_retention_count,
             log_retention_secs,
             trigger_workers,
@@ -824,6 +848,10 @@ fn main() {
                     durability: durability_of(durability),
                     log_retention_count,
                     log_retention_age: Duration::from_secs(log_retention_secs),
+                    store: herald_db::StoreOptions {
+                        cache_bytes_max: (cache_mib as usize) << 20,
+                        ..Default::default()
+                    },
                     ..DbOptions::default()
                 },
                 triggers: herald::triggers::TriggerOptions {

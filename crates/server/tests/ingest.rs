@@ -340,8 +340,11 @@ fn rockbench_runs_bursty_with_overwrites_and_sparse_schemas_over_bulk() {
         "3",
         "--via",
         "bulk",
+        "--cache-mib",
+        "32",
     ]);
     assert_eq!(v["options"]["shape_pct"], json!([50.0, 200.0, 50.0]));
+    assert_eq!(v["options"]["cache_mib"], json!(32));
     assert_eq!(
         v["result"]["target_per_interval"],
         json!([75.0, 300.0, 75.0])

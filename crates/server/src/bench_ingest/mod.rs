@@ -30,17 +30,19 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Runs `measure` against a fresh `herald serve` child; returns its result and the server's
-/// peak RSS in KiB, read just before the server is killed.
+/// Runs `measure` against a fresh `herald serve` child (with `--cache-mib cache_mib` when
+/// given); returns its result and the server's peak RSS in KiB, read just before the server is
+/// killed.
 pub async fn with_server<T, F, Fut>(
     durability: Durability,
+    cache_mib: Option<u64>,
     measure: F,
 ) -> Result<(T, Option<u64>), String>
 where
     F: FnOnce(SocketAddr) -> Fut,
     Fut: Future<Output = Result<T, String>>,
 {
-    let server = ServerProc::start(durability).await?;
+    let server = ServerProc::start_with(durability, cache_mib).await?;
     let r = measure(server.addr).await;
     let rss = peak_rss_kib(server.pid);
     server.kill();

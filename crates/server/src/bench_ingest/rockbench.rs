@@ -64,6 +64,8 @@ pub struct RockOptions {
     /// Fields exempted from automatic indexing.
     pub exempt: Vec<String>,
     pub durability: Durability,
+    /// The server's `--cache-mib`; `None` leaves its default.
+    pub cache_mib: Option<u64>,
     pub search: bool,
     /// Search: highest rate tried.
     pub max_rate: u64,
@@ -290,8 +292,10 @@ fn mean_event_bytes(opts: &RockOptions) -> f64 {
 
 /// One run at `rate` on a fresh server.
 pub async fn run_once(opts: &RockOptions, rate: u64, progress: bool) -> Result<RunResult, String> {
-    let (mut r, rss) =
-        with_server(opts.durability, |addr| measure(opts, rate, addr, progress)).await?;
+    let (mut r, rss) = with_server(opts.durability, opts.cache_mib, |addr| {
+        measure(opts, rate, addr, progress)
+    })
+    .await?;
     r.peak_rss_kib = rss;
     Ok(r)
 }
@@ -523,7 +527,7 @@ fn options_json(opts: &RockOptions) -> Value {
         "rate": opts.rate, "secs": opts.secs, "shape_pct": opts.shape, "overwrite": opts.overwrite,
         "sparse": opts.sparse, "generators": opts.generators, "via": opts.via.name(),
         "batch_ms": opts.batch_ms, "pull_ms": opts.pull_ms, "exempt": opts.exempt,
-        "durability": durability_name(opts.durability),
+        "durability": durability_name(opts.durability), "cache_mib": opts.cache_mib,
     })
 }
 
@@ -700,6 +704,7 @@ mod tests {
             pull_ms: 100,
             exempt: vec![],
             durability: Durability::NoSync,
+            cache_mib: None,
             search: false,
             max_rate: 1000,
             bisect_steps: 1,

@@ -97,6 +97,8 @@ pub struct StreamOptions {
     /// sink that commits per batch would; otherwise every write is its own.
     pub atomic: bool,
     pub durability: Durability,
+    /// The server's `--cache-mib`; `None` leaves its default.
+    pub cache_mib: Option<u64>,
     pub seed: u64,
     pub out: Option<PathBuf>,
 }
@@ -380,8 +382,10 @@ async fn subscribe_all(
 
 /// Every pattern on a fresh server with `subscribers` live subscriptions.
 async fn run_once(opts: &StreamOptions, subscribers: u32) -> Result<RunResult, String> {
-    let (mut r, rss) =
-        with_server(opts.durability, |addr| measure(opts, subscribers, addr)).await?;
+    let (mut r, rss) = with_server(opts.durability, opts.cache_mib, |addr| {
+        measure(opts, subscribers, addr)
+    })
+    .await?;
     r.peak_rss_kib = rss;
     Ok(r)
 }
@@ -555,7 +559,7 @@ pub async fn run(opts: StreamOptions) -> Result<(), String> {
             "subscribers": opts.subscribers, "cells": opts.cells, "windows": opts.windows,
             "source_docs": opts.source_docs, "hot_docs": opts.hot_docs, "read_secs": opts.read_secs,
             "clients": opts.clients, "via": opts.via.name(), "atomic": opts.atomic,
-            "durability": durability_name(opts.durability),
+            "durability": durability_name(opts.durability), "cache_mib": opts.cache_mib,
         },
         "runs": json_runs,
     }))?;

@@ -22,13 +22,26 @@ pub struct ServerProc {
 impl ServerProc {
     /// Starts `herald serve` (this executable) on a fresh directory and a free loopback port.
     pub async fn start(durability: Durability) -> Result<ServerProc, String> {
+        ServerProc::start_with(durability, None).await
+    }
+
+    /// [`ServerProc::start`] with `--cache-mib cache_mib` when given.
+    pub async fn start_with(
+        durability: Durability,
+        cache_mib: Option<u64>,
+    ) -> Result<ServerProc, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        command
             .args(["serve", "--listen", "127.0.0.1:0", "--durability"])
             .arg(durability_name(durability))
             .arg("--data")
-            .arg(dir.path().join("herald"))
+            .arg(dir.path().join("herald"));
+        if let Some(mib) = cache_mib {
+            command.arg("--cache-mib").arg(mib.to_string());
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -40,6 +40,27 @@ fn cli_starts_on_a_public_address_with_insecure_public() {
     // Dropping `h` kills the process.
 }
 
+#[test]
+fn cli_refuses_a_cache_size_out_of_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for size in ["4", "0", "lots"] {
+        let mut h = Herald::spawn(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--cache-mib",
+            size,
+            "--data",
+            data.to_str().unwrap(),
+        ]);
+        assert_eq!(h.wait_exit(Duration::from_secs(30)), Some(2), "{size}");
+        let err = h.drain().join("\n");
+        assert!(err.contains("--cache-mib"), "{err}");
+    }
+    assert!(!data.exists(), "nothing was created");
+}
+
 #[tokio::test]
 async fn sigterm_shuts_down_gracefully_and_the_data_survives() {
     let dir = tempfile::tempdir().unwrap();
@@ -50,6 +71,9 @@ async fn sigterm_shuts_down_gracefully_and_the_data_survives() {
         "127.0.0.1:0",
         "--durability",
         "fsync",
+        // The smallest page cache allowed: the server works with it.
+        "--cache-mib",
+        "16",
         "--data",
         data.to_str().unwrap(),
     ];
