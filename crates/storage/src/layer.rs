@@ -155,11 +155,11 @@ fn range_segment(bounds: &KeyBounds<'_>) -> Option<u64> {
         Bound::Unbounded => return None,
     };
     let seg = segment(start)?;
-    let mut limit = seg.to_vec();
-    *limit.last_mut().expect("a segment ends with 0x00") = 1;
+    // `end` against `P 0x01`, compared in place: this runs for every range scan.
+    let limit = seg[..seg.len() - 1].iter().chain(std::iter::once(&1u8));
     let within = match bounds.1 {
-        Bound::Excluded(end) => end <= limit.as_slice(),
-        Bound::Included(end) => end < limit.as_slice(),
+        Bound::Excluded(end) => end.iter().cmp(limit).is_le(),
+        Bound::Included(end) => end.iter().cmp(limit).is_lt(),
         Bound::Unbounded => false,
     };
     within.then(|| key_hash(seg))
