@@ -33,6 +33,23 @@ pub fn field_index_name(path: &str) -> String {
     format!("f:{path}")
 }
 
+/// `index_key(&index_prefix(collection, &field_index_name(path)), encoded, id)` in one
+/// allocation: a document has one such key per indexed scalar (~30 for a 1 KB event), and the
+/// three intermediate buffers were a tenth of the storage writer's time at high ingest rates.
+fn field_index_key(collection: &str, path: &str, encoded: &[u8], id: &str) -> Vec<u8> {
+    let len = collection.len() + path.len() + encoded.len() + id.len() + 4;
+    let mut k = Vec::with_capacity(len);
+    k.extend_from_slice(collection.as_bytes());
+    k.push(0);
+    k.extend_from_slice(b"f:");
+    k.extend_from_slice(path.as_bytes());
+    k.push(0);
+    k.extend_from_slice(encoded);
+    k.extend_from_slice(id.as_bytes());
+    debug_assert_eq!(k.len(), len);
+    k
+}
+
 pub fn composite_index_name(name: &str) -> String {
     format!("c:{name}")
 }
@@ -68,18 +85,17 @@ pub fn entries(
                 if cat.is_some_and(|c| c.is_exempt(p)) {
                     return Ok(());
                 }
-                if under_array {
+                // Array elements and cut strings repeat their path: copy it only once.
+                if under_array && !out.array_paths.contains(p) {
                     out.array_paths.insert(p.to_string());
                 }
                 enc.clear();
-                if encode_key_limited(v, string_key_bytes_max, &mut enc) {
+                if encode_key_limited(v, string_key_bytes_max, &mut enc)
+                    && !out.truncated_paths.contains(p)
+                {
                     out.truncated_paths.insert(p.to_string());
                 }
-                out.keys.insert(index_key(
-                    &index_prefix(collection, &field_index_name(p)),
-                    &enc,
-                    id,
-                ));
+                out.keys.insert(field_index_key(collection, p, &enc, id));
                 if out.keys.len() > INDEX_ENTRIES_PER_DOC_MAX {
                     return Err(too_many());
                 }
@@ -225,6 +241,24 @@ mod tests {
         assert!(e.array_paths.contains("tags"));
         assert!(e.array_paths.contains("items.sku"));
         assert!(!e.array_paths.contains("a"));
+    }
+
+    #[test]
+    fn a_field_key_is_the_prefix_the_encoded_value_and_the_id() {
+        let doc = json!({"_id": "x", "user": {"geo": {"lat": 1.5}}, "tags": ["p", "p"]});
+        let e = entries("events", "x", &doc, None, usize::MAX).unwrap();
+        let composed = |path: &str, v: &Value| {
+            let mut enc = Vec::new();
+            encode_key_limited(v, usize::MAX, &mut enc);
+            index_key(&index_prefix("events", &field_index_name(path)), &enc, "x")
+        };
+        let want: BTreeSet<Vec<u8>> = [
+            composed("user.geo.lat", &json!(1.5)),
+            composed("tags", &json!("p")),
+        ]
+        .into();
+        assert_eq!(e.keys, want);
+        assert_eq!(e.array_paths, ["tags".to_string()].into());
     }
 
     #[test]

@@ -280,7 +280,8 @@ fn newest_sorted<'a>(
             .collect();
     }
     arena.clear();
-    let mut spans: Vec<(usize, usize, Option<&'a [u8]>)> = Vec::new();
+    let entries = layers.iter().map(|l| l.changes.table(table).len()).sum();
+    let mut spans: Vec<(usize, usize, Option<&'a [u8]>)> = Vec::with_capacity(entries);
     for layer in layers.iter().rev() {
         for (k, v) in layer.changes.table(table) {
             spans.push((arena.len(), k.len(), v.as_deref()));

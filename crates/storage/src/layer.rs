@@ -31,14 +31,58 @@ type RawTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
 const ENTRY_OVERHEAD_BYTES: usize = 64;
 
 /// Puts and deletes, per table.
+///
+/// Writes to [`Table::Index`] are appended to `appended` in write order and sorted into the
+/// map once, by [`settle`](Changes::settle), when the batch becomes a [`Layer`]. A document
+/// has ~30 index entries and a batch's jobs almost never read the index back, so one sort per
+/// batch replaces an ordered insert per entry (with the comparisons along the map's path, the
+/// largest part of the storage writer's time at high ingest rates), and a failed job is undone
+/// by truncating the vector rather than by a copy of every key it wrote.
 #[derive(Default)]
 pub(crate) struct Changes {
     maps: [TableMap; TABLE_COUNT],
+    /// Index writes not yet in `maps`, oldest first (a later write of a key wins).
+    appended: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
+/// The one table whose writes go to [`Changes::appended`].
+pub(crate) const APPENDED_TABLE: Table = Table::Index;
+
 impl Changes {
+    /// The table's map. For [`APPENDED_TABLE`] that misses the writes not yet settled: readers
+    /// of a batch in progress use [`appended`](Changes::appended) too (`write.rs`).
     pub(crate) fn table(&self, table: Table) -> &TableMap {
         &self.maps[table.index()]
+    }
+
+    /// The index writes not yet settled into the map, oldest first.
+    pub(crate) fn appended(&self) -> &[(Vec<u8>, Option<Vec<u8>>)] {
+        &self.appended
+    }
+
+    /// Appends a write to [`APPENDED_TABLE`].
+    pub(crate) fn append(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        self.appended.push((key, value));
+    }
+
+    /// Forgets the appended writes after the first `len` (a failed job's).
+    pub(crate) fn truncate_appended(&mut self, len: usize) {
+        self.appended.truncate(len);
+    }
+
+    /// Moves the appended writes into the map, the last write of each key winning.
+    pub(crate) fn settle(&mut self) {
+        if self.appended.is_empty() {
+            return;
+        }
+        let appended = sorted_newest(std::mem::take(&mut self.appended));
+        let map = &mut self.maps[APPENDED_TABLE.index()];
+        if map.is_empty() {
+            // Sorted and unique: the map is built in one pass, not by an insert per entry.
+            *map = appended.into_iter().collect();
+        } else {
+            map.extend(appended);
+        }
     }
 
     pub(crate) fn table_mut(&mut self, table: Table) -> &mut TableMap {
@@ -51,17 +95,41 @@ impl Changes {
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.maps.iter().all(BTreeMap::is_empty)
+        self.appended.is_empty() && self.maps.iter().all(BTreeMap::is_empty)
     }
 
     /// An estimate of the memory these changes hold.
     pub(crate) fn bytes(&self) -> usize {
+        let cost = |(k, v): (&Vec<u8>, &Option<Vec<u8>>)| {
+            k.len() + v.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD_BYTES
+        };
         self.maps
             .iter()
             .flat_map(|map| map.iter())
-            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD_BYTES)
-            .sum()
+            .map(cost)
+            .sum::<usize>()
+            + self
+                .appended
+                .iter()
+                .map(|(k, v)| cost((k, v)))
+                .sum::<usize>()
     }
+}
+
+/// `writes` (oldest first) sorted by key, keeping the last write of each key.
+pub(crate) fn sorted_newest(
+    mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    // Stable: equal keys stay oldest first, so the last of each run is the newest.
+    writes.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(writes.len());
+    for w in writes {
+        match out.last_mut() {
+            Some(last) if last.0 == w.0 => *last = w,
+            _ => out.push(w),
+        }
+    }
+    out
 }
 
 /// One committed batch: logged in the WAL and visible to readers, but not yet in redb.
@@ -85,9 +153,13 @@ pub(crate) struct Layer {
 }
 
 impl Layer {
-    pub(crate) fn new(batch: u64, changes: Changes) -> Layer {
+    pub(crate) fn new(batch: u64, mut changes: Changes) -> Layer {
+        changes.settle();
         let mut filter_hashes = Vec::new();
         let blooms = std::array::from_fn(|i| {
+            if !point_filtered(Table::ALL[i]) {
+                return Bloom::new(&[]);
+            }
             let hashes: Vec<u64> = changes.maps[i].keys().map(|k| key_hash(k)).collect();
             filter_hashes.extend(hashes.iter().map(|&h| Filter::hash(Table::ALL[i], h)));
             Bloom::new(&hashes)
@@ -110,7 +182,7 @@ impl Layer {
     /// What the layer says about `key` (whose [`key_hash`] is `hash`): `Some(None)` for a
     /// delete, `None` if it does not mention the key.
     pub(crate) fn get(&self, table: Table, key: &[u8], hash: u64) -> Option<&Option<Vec<u8>>> {
-        if !self.blooms[table.index()].may_contain(hash) {
+        if point_filtered(table) && !self.blooms[table.index()].may_contain(hash) {
             return None;
         }
         self.changes.table(table).get(key)
@@ -121,6 +193,15 @@ impl Layer {
     fn may_hold_segment(&self, table: Table, segment: Option<u64>) -> bool {
         segment.is_none_or(|hash| self.segments[table.index()].may_contain(hash))
     }
+}
+
+/// Whether point lookups in `table` go through Bloom filters (per layer and the shared
+/// [`Filter`]). Not for [`Table::Index`]: the database reads its entries by range (a point
+/// read there is rare and searches every layer's map), and a 1 KB document has ~30 of them, so
+/// hashing them cost the writer more than any lookup saved, and they filled the shared filter
+/// that the documents' existence checks rely on.
+fn point_filtered(table: Table) -> bool {
+    table != Table::Index
 }
 
 /// A key's first segment: its bytes up to and including the first 0x00, or `None` if it has
@@ -384,11 +465,12 @@ impl Snapshot {
     pub(crate) fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         if !self.layers.is_empty() {
             let hash = key_hash(key);
-            let layers = if self.filter.may_contain(Filter::hash(table, hash)) {
-                &self.layers[..]
-            } else {
-                &self.layers[self.covered..]
-            };
+            let layers =
+                if !point_filtered(table) || self.filter.may_contain(Filter::hash(table, hash)) {
+                    &self.layers[..]
+                } else {
+                    &self.layers[self.covered..]
+                };
             for layer in layers.iter().rev() {
                 if let Some(pending) = layer.get(table, key, hash) {
                     return Ok(pending.clone());

@@ -11,7 +11,11 @@
 
 use std::ops::RangeBounds;
 
-use crate::layer::{key_hash, Changes, ReadPoint, Snapshot};
+use std::cell::OnceCell;
+
+use crate::layer::{
+    key_hash, sorted_newest, Changes, ReadPoint, Snapshot, TableMap, APPENDED_TABLE,
+};
 use crate::merge::{Merged, Side};
 use crate::read::Entry;
 use crate::tables::{self, KeyBounds, Table};
@@ -34,6 +38,12 @@ pub struct WriteTxn<'a> {
     snapshot: &'a Snapshot,
     batch: &'a mut Changes,
     undo: Vec<Undo>,
+    /// How many appended index writes the batch held when the job started: undoing the job
+    /// truncates back to it (index writes are appended, not put in a map: `Changes`).
+    appended_at_start: usize,
+    /// The batch's appended index writes as a map, built by the first index range scan after
+    /// a write (rare inside write jobs: index builds) and dropped by the next write.
+    appended_map: OnceCell<TableMap>,
     hooks: Vec<Hook>,
 }
 
@@ -41,8 +51,10 @@ impl<'a> WriteTxn<'a> {
     pub(crate) fn new(snapshot: &'a Snapshot, batch: &'a mut Changes) -> Self {
         WriteTxn {
             snapshot,
+            appended_at_start: batch.appended().len(),
             batch,
             undo: Vec::new(),
+            appended_map: OnceCell::new(),
             hooks: Vec::new(),
         }
     }
@@ -53,6 +65,7 @@ impl<'a> WriteTxn<'a> {
         if ok {
             return self.hooks;
         }
+        self.batch.truncate_appended(self.appended_at_start);
         for (table, key, previous) in self.undo.into_iter().rev() {
             let map = self.batch.table_mut(table);
             match previous {
@@ -68,14 +81,31 @@ impl<'a> WriteTxn<'a> {
     }
 
     fn write(&mut self, table: Table, key: Vec<u8>, value: Option<Vec<u8>>) {
+        if table == APPENDED_TABLE {
+            self.appended_map.take();
+            self.batch.append(key, value);
+            return;
+        }
         let previous = self.batch.table_mut(table).insert(key.clone(), value);
         self.undo.push((table, key, previous));
     }
 
+    /// What the batch so far (with this job's writes) says about `key`: `Some(None)` for a
+    /// delete, `None` if it does not mention the key.
+    fn pending(&self, table: Table, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        if table == APPENDED_TABLE {
+            let newest = self.batch.appended().iter().rev().find(|(k, _)| k == key);
+            if let Some((_, value)) = newest {
+                return Some(value.clone());
+            }
+        }
+        self.batch.table(table).get(key).cloned()
+    }
+
     /// The value under `key` as this job would leave it.
     pub fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        if let Some(pending) = self.batch.table(table).get(key) {
-            return Ok(pending.clone());
+        if let Some(pending) = self.pending(table, key) {
+            return Ok(pending);
         }
         self.snapshot.get(table, key)
     }
@@ -96,8 +126,8 @@ impl<'a> WriteTxn<'a> {
         at: &ReadPoint,
         read: Option<&[u8]>,
     ) -> Result<Option<Vec<u8>>, StorageError> {
-        if let Some(pending) = self.batch.table(table).get(key) {
-            return Ok(pending.clone());
+        if let Some(pending) = self.pending(table, key) {
+            return Ok(pending);
         }
         let Some(newer) = self.snapshot.layers_since(at) else {
             return self.snapshot.get(table, key);
@@ -166,8 +196,17 @@ impl<'a> WriteTxn<'a> {
     }
 
     fn merged(&self, table: Table, bounds: KeyBounds<'_>) -> Result<WriteRange<'_>, StorageError> {
-        let newer = [self.batch.table(table)];
-        let inner = self.snapshot.merged(table, bounds, &newer)?;
+        let map = self.batch.table(table);
+        let inner = if table == APPENDED_TABLE && !self.batch.appended().is_empty() {
+            let appended = self.appended_map.get_or_init(|| {
+                sorted_newest(self.batch.appended().to_vec())
+                    .into_iter()
+                    .collect()
+            });
+            self.snapshot.merged(table, bounds, &[map, appended])?
+        } else {
+            self.snapshot.merged(table, bounds, &[map])?
+        };
         Ok(WriteRange { inner })
     }
 
