@@ -6,6 +6,35 @@
 //! indexes stay valid), then a single left-to-right pass fixes every position.
 
 use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// A document in a window: a `Value`, or a shared `Arc<Value>` (what live views hold, so a
+/// window, its diff and its events copy a reference count instead of a document tree; at
+/// 14,000 RockBench events/s, copies of each new event's document were a third of the
+/// live-query thread's time).
+pub trait WindowDoc: Clone {
+    fn doc(&self) -> &Value;
+    /// Whether two documents are equal (for a shared one, the same allocation is).
+    fn same(&self, other: &Self) -> bool;
+}
+
+impl WindowDoc for Value {
+    fn doc(&self) -> &Value {
+        self
+    }
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
+}
+
+impl WindowDoc for Arc<Value> {
+    fn doc(&self) -> &Value {
+        self
+    }
+    fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(self, other) || **self == **other
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
@@ -28,20 +57,20 @@ impl EventKind {
 
 /// One edit of a subscriber's list. `old_index` is -1 for `add`, `new_index` -1 for `remove`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ChangeEvent {
+pub struct ChangeEvent<D = Value> {
     pub kind: EventKind,
     pub id: String,
-    pub doc: Option<Value>,
+    pub doc: Option<D>,
     pub old_index: i64,
     pub new_index: i64,
 }
 
-impl ChangeEvent {
+impl<D: WindowDoc> ChangeEvent<D> {
     /// The wire form: `{"kind","id","doc"?,"oldIndex","newIndex"}`.
     pub fn to_json(&self) -> Value {
         let mut v = json!({"kind": self.kind.as_str(), "id": self.id, "oldIndex": self.old_index, "newIndex": self.new_index});
         if let Some(d) = &self.doc {
-            v["doc"] = d.clone();
+            v["doc"] = d.doc().clone();
         }
         v
     }
@@ -52,7 +81,7 @@ impl ChangeEvent {
             list.remove(self.old_index as usize);
         }
         if self.new_index >= 0 {
-            let doc = self.doc.clone().unwrap_or(Value::Null);
+            let doc = self.doc.as_ref().map_or(Value::Null, |d| d.doc().clone());
             list.insert(self.new_index as usize, (self.id.clone(), doc));
         }
     }
@@ -61,11 +90,11 @@ impl ChangeEvent {
 /// The events that turn `old` into `new` (both lists of (id, doc) in result order). `changed`
 /// names the documents the commit wrote: when a written document and an untouched one trade
 /// places, the written one is reported as moving, which is what happened.
-pub fn diff_windows(
-    old: &[(String, Value)],
-    new: &[(String, Value)],
+pub fn diff_windows<D: WindowDoc>(
+    old: &[(String, D)],
+    new: &[(String, D)],
     changed: &std::collections::HashSet<&str>,
-) -> Vec<ChangeEvent> {
+) -> Vec<ChangeEvent<D>> {
     let mut events = Vec::new();
     let in_new: std::collections::HashSet<&str> = new.iter().map(|(id, _)| id.as_str()).collect();
     let new_pos: std::collections::HashMap<&str, usize> = new
@@ -73,7 +102,7 @@ pub fn diff_windows(
         .enumerate()
         .map(|(i, (id, _))| (id.as_str(), i))
         .collect();
-    let mut work: Vec<(String, Value)> = old.to_vec();
+    let mut work: Vec<(String, D)> = old.to_vec();
     for i in (0..work.len()).rev() {
         if !in_new.contains(work[i].0.as_str()) {
             let (id, _) = work.remove(i);
@@ -113,7 +142,7 @@ pub fn diff_windows(
             });
         }
         if work.get(i).is_some_and(|(w, _)| w == id) {
-            if work[i].1 != *doc {
+            if !work[i].1.same(doc) {
                 work[i].1 = doc.clone();
                 events.push(ChangeEvent {
                     kind: EventKind::Change,
@@ -221,6 +250,24 @@ mod tests {
             (ev[0].id.as_str(), ev[0].old_index, ev[0].new_index),
             ("x", 1, 2)
         );
+    }
+
+    /// Shared documents compare by content when they are not the same allocation: an equal
+    /// copy is no change, a changed one is.
+    #[test]
+    fn shared_documents_diff_by_content() {
+        let a = Arc::new(json!({"_id": "a", "n": 1}));
+        let old = vec![("a".to_string(), a.clone())];
+        let same = vec![("a".to_string(), a.clone())];
+        let equal = vec![("a".to_string(), Arc::new(json!({"_id": "a", "n": 1})))];
+        let changed = vec![("a".to_string(), Arc::new(json!({"_id": "a", "n": 2})))];
+        let set = ["a"].into_iter().collect();
+        assert!(diff_windows(&old, &same, &set).is_empty());
+        assert!(diff_windows(&old, &equal, &set).is_empty());
+        let ev = diff_windows(&old, &changed, &set);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].kind, EventKind::Change);
+        assert_eq!(ev[0].to_json()["doc"], json!({"_id": "a", "n": 2}));
     }
 
     #[test]

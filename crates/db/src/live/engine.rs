@@ -188,8 +188,8 @@ fn error_msg(sub: &str, e: &DbError) -> Value {
     json!({"type": "error", "sub": sub, "code": e.code(), "message": e.to_string()})
 }
 
-fn changes_msg(sub: &str, seq: u64, events: &[Value]) -> Value {
-    json!({"type": "changes", "sub": sub, "seq": seq, "changes": events})
+fn changes_msg(sub: &str, seq: u64, events: Vec<Value>) -> Value {
+    json!({"type": "changes", "sub": sub, "seq": seq, "changes": Value::Array(events)})
 }
 
 fn initial_msg(sub: &str, seq: u64, docs: Vec<(String, Value)>) -> Value {
@@ -332,7 +332,7 @@ impl Engine {
         let mut view = LiveView::new(query.clone(), SLACK_DEFAULT, docs, from);
         for c in commits {
             let events = apply_commit(db, collection, &mut view, &c)?;
-            if !events.is_empty() && !sink.send(changes_msg(sub, c.seq, &events)) {
+            if !events.is_empty() && !sink.send(changes_msg(sub, c.seq, events)) {
                 return Ok(true);
             }
         }
@@ -558,8 +558,15 @@ impl Deliver<'_> {
         match apply_changes(self.db, &view.collection, &mut view.live, seq, changes) {
             Ok(events) if events.is_empty() => {}
             Ok(events) => {
-                for s in &view.subs {
-                    if !s.sink.send(changes_msg(&s.sub, seq, &events)) {
+                // Every subscriber but the last gets a copy; the last takes the events.
+                let mut events = Some(events);
+                for (i, s) in view.subs.iter().enumerate() {
+                    let mine = if i + 1 == view.subs.len() {
+                        events.take().unwrap_or_default()
+                    } else {
+                        events.clone().unwrap_or_default()
+                    };
+                    if !s.sink.send(changes_msg(&s.sub, seq, mine)) {
                         self.failed_conns.push(s.sink.conn());
                     }
                 }
@@ -593,7 +600,7 @@ fn apply_changes(
 ) -> Result<Vec<Value>, DbError> {
     let query = view.shared_query();
     let mut refill = |n: usize, s: u64| top_at(db, collection, &query, Some(n), s);
-    let events: Vec<ChangeEvent> = view.apply(seq, changes, &mut refill)?;
+    let events: Vec<ChangeEvent<Arc<Value>>> = view.apply(seq, changes, &mut refill)?;
     Ok(events.iter().map(ChangeEvent::to_json).collect())
 }
 

@@ -11,6 +11,7 @@ use crate::live::diff::{diff_windows, ChangeEvent};
 use herald_query::Query;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// Items kept beyond the visible window, so most deletions need no refill.
 pub const SLACK_DEFAULT: usize = 16;
@@ -30,12 +31,21 @@ impl<F: FnMut(usize, u64) -> Result<Vec<Value>, crate::DbError>> Refill for F {
 /// One document change of a commit: id, before-image, after-image.
 pub type DocChange<'a> = (&'a str, Option<&'a Value>, Option<&'a Value>);
 
+/// One known document of a view.
+struct Item {
+    id: String,
+    shown: Arc<Value>,
+}
+
 pub struct LiveView {
     /// Shared so the engine can lend it to a refill while the view is borrowed mutably.
     query: std::sync::Arc<Query>,
     slack: usize,
-    /// The known prefix of the result: encoded sort key (ends with `_id`) -> document.
-    items: BTreeMap<Vec<u8>, Value>,
+    /// The known prefix of the result: encoded sort key (ends with `_id`) -> the document as
+    /// subscribers see it (projected when the query has a projection, so a view of `{ts: 1}`
+    /// keeps a few bytes per document, not each event's whole tree; shared with the windows
+    /// and events made from it).
+    items: BTreeMap<Vec<u8>, Item>,
     /// id -> its key in `items`.
     keys: HashMap<String, Vec<u8>>,
     /// True when `items` holds the entire result (nothing unknown beyond it).
@@ -103,8 +113,9 @@ impl LiveView {
             return;
         };
         let key = self.query.sort.encoded_key(&doc);
-        self.keys.insert(id, key.clone());
-        self.items.insert(key, doc);
+        self.keys.insert(id.clone(), key.clone());
+        let shown = self.shown(&doc);
+        self.items.insert(key, Item { id, shown });
     }
 
     /// True when a matching document would land in the known prefix (not beyond it).
@@ -121,7 +132,7 @@ impl LiveView {
     /// before and after it, so the cost does not include copying the result (it did, through
     /// [`diff_windows`], which made large unlimited views slow). Only written documents get
     /// events; untouched ones keep their relative order, so their moves are implied.
-    fn apply_in_place(&mut self, changes: &[DocChange<'_>]) -> Vec<ChangeEvent> {
+    fn apply_in_place(&mut self, changes: &[DocChange<'_>]) -> Vec<ChangeEvent<Arc<Value>>> {
         use crate::live::diff::EventKind;
         let mut events = Vec::new();
         for (id, _before, after) in changes {
@@ -133,7 +144,7 @@ impl LiveView {
                         std::ops::Bound::Excluded(k.as_slice()),
                     ))
                     .count();
-                self.items.remove(&k).map(|doc| (rank, doc))
+                self.items.remove(&k).map(|item| (rank, item.shown))
             });
             let new = match after {
                 Some(a) if self.query.filter.matches(a) => {
@@ -145,9 +156,14 @@ impl LiveView {
                             std::ops::Bound::Excluded(key.as_slice()),
                         ))
                         .count();
+                    let shown = self.shown(a);
                     self.keys.insert(id.to_string(), key.clone());
-                    self.items.insert(key, (*a).clone());
-                    Some((rank, *a))
+                    let item = Item {
+                        id: id.to_string(),
+                        shown: shown.clone(),
+                    };
+                    self.items.insert(key, item);
+                    Some((rank, shown))
                 }
                 _ => None,
             };
@@ -164,15 +180,14 @@ impl LiveView {
                     new_index: -1,
                     ..event(EventKind::Remove, None, i, 0)
                 }),
-                (None, Some((j, a))) => events.push(ChangeEvent {
+                (None, Some((j, shown))) => events.push(ChangeEvent {
                     old_index: -1,
-                    ..event(EventKind::Add, Some(self.shown(a)), 0, j)
+                    ..event(EventKind::Add, Some(shown), 0, j)
                 }),
-                (Some((i, before)), Some((j, a))) => {
-                    let shown = self.shown(a);
+                (Some((i, before)), Some((j, shown))) => {
                     if i != j {
                         events.push(event(EventKind::ChangeIndex, Some(shown), i, j));
-                    } else if self.shown(&before) != shown {
+                    } else if *before != *shown {
                         events.push(event(EventKind::Change, Some(shown), i, j));
                     }
                 }
@@ -182,29 +197,30 @@ impl LiveView {
     }
 
     /// A document as subscribers see it (projected).
-    fn shown(&self, d: &Value) -> Value {
+    fn shown(&self, d: &Value) -> Arc<Value> {
         if self.query.projection.is_all() {
-            d.clone()
+            Arc::new(d.clone())
         } else {
-            self.query.projection.apply(d)
+            Arc::new(self.query.projection.apply(d))
         }
     }
 
     /// The visible window, projected: what a subscriber's list holds.
     pub fn window(&self) -> Vec<(String, Value)> {
+        self.window_shared()
+            .into_iter()
+            .map(|(id, d)| (id, Arc::unwrap_or_clone(d)))
+            .collect()
+    }
+
+    /// [`window`](LiveView::window) with the documents shared with the view.
+    fn window_shared(&self) -> Vec<(String, Arc<Value>)> {
         let take = self.query.limit.unwrap_or(usize::MAX);
         self.items
             .values()
             .skip(self.query.skip)
             .take(take)
-            .map(|d| {
-                let id = d
-                    .get("_id")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
-                (id, self.shown(d))
-            })
+            .map(|item| (item.id.clone(), item.shown.clone()))
             .collect()
     }
 
@@ -230,7 +246,7 @@ impl LiveView {
         seq: u64,
         changes: &[DocChange<'_>],
         refill: &mut dyn Refill,
-    ) -> Result<Vec<ChangeEvent>, crate::DbError> {
+    ) -> Result<Vec<ChangeEvent<Arc<Value>>>, crate::DbError> {
         if !self.touched_by(changes) {
             self.seq = seq;
             return Ok(Vec::new());
@@ -240,7 +256,7 @@ impl LiveView {
             self.seq = seq;
             return Ok(events);
         }
-        let old = self.window();
+        let old = self.window_shared();
         for (id, _before, after) in changes {
             if let Some(k) = self.keys.remove(*id) {
                 self.items.remove(&k);
@@ -256,16 +272,16 @@ impl LiveView {
                     .last_key_value()
                     .is_some_and(|(last, _)| key < *last);
             if known {
+                let shown = self.shown(after);
                 self.keys.insert(id.to_string(), key.clone());
-                self.items.insert(key, (*after).clone());
+                let id = id.to_string();
+                self.items.insert(key, Item { id, shown });
             }
         }
         if let Some(cap) = self.capacity() {
             while self.items.len() > cap {
-                if let Some((_, d)) = self.items.pop_last() {
-                    if let Some(id) = d.get("_id").and_then(Value::as_str) {
-                        self.keys.remove(id);
-                    }
+                if let Some((_, item)) = self.items.pop_last() {
+                    self.keys.remove(&item.id);
                 }
                 self.complete = false;
             }
@@ -279,6 +295,6 @@ impl LiveView {
         self.seq = seq;
         let changed: std::collections::HashSet<&str> =
             changes.iter().map(|(id, _, _)| *id).collect();
-        Ok(diff_windows(&old, &self.window(), &changed))
+        Ok(diff_windows(&old, &self.window_shared(), &changed))
     }
 }
