@@ -775,3 +775,34 @@ mod filter_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod settle_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Against a model: appended writes settle into the map a map insert per write would
+        /// have left (the last write of each key wins, deletes included), also on top of
+        /// entries the map already held.
+        #[test]
+        fn settled_writes_equal_inserting_them_in_order(
+            before in prop::collection::vec((prop::collection::vec(0u8..3, 0..3), prop::option::of(any::<u8>())), 0..6),
+            writes in prop::collection::vec((prop::collection::vec(0u8..3, 0..3), prop::option::of(any::<u8>())), 0..40),
+        ) {
+            let mut changes = Changes::default();
+            let mut model = TableMap::new();
+            for (k, v) in &before {
+                changes.table_mut(APPENDED_TABLE).insert(k.clone(), v.map(|v| vec![v]));
+                model.insert(k.clone(), v.map(|v| vec![v]));
+            }
+            for (k, v) in &writes {
+                changes.append(k.clone(), v.map(|v| vec![v]));
+                model.insert(k.clone(), v.map(|v| vec![v]));
+            }
+            changes.settle();
+            prop_assert!(changes.appended().is_empty());
+            prop_assert_eq!(changes.table(APPENDED_TABLE), &model);
+        }
+    }
+}
