@@ -372,24 +372,93 @@ impl Writer {
 
 /// Opens a WebSocket, subscribes `query` (a subscribe message without `op`/`sub`), waits for
 /// the initial result and calls `on_change(change, arrival)` for every change of every
-/// `changes` message until the task is aborted.
+/// `changes` message until the task is aborted. When the server closes the connection (a
+/// slow consumer, whose outbound queue filled), it reports why on stderr, counts it in
+/// `resumes`, reconnects and resumes from the last seq it received, as a client should: the
+/// missed batches arrive late, and their latency shows it.
 pub async fn subscribe<F>(
     addr: SocketAddr,
     query: Value,
+    resumes: Arc<AtomicU64>,
     mut on_change: F,
 ) -> Result<tokio::task::JoinHandle<()>, String>
 where
     F: FnMut(&Value, Instant) + Send + 'static,
 {
+    let mut ws = open_subscription(addr, &query, None).await?;
+    Ok(tokio::spawn(async move {
+        let mut last_seq = None;
+        loop {
+            let closed = loop {
+                let m = match ws.next().await {
+                    Some(Ok(m)) => m,
+                    Some(Err(e)) => break e.to_string(),
+                    None => break "closed".to_string(),
+                };
+                let now = Instant::now();
+                let t = match m {
+                    Message::Text(t) => t,
+                    Message::Close(frame) => {
+                        break frame.map_or("closed".into(), |f| f.reason.to_string())
+                    }
+                    _ => continue,
+                };
+                let Ok(v) = serde_json::from_str::<Value>(&t) else {
+                    continue;
+                };
+                if let Some(seq) = v["seq"].as_u64() {
+                    last_seq = Some(seq);
+                }
+                match v["type"].as_str() {
+                    Some("changes") => {
+                        for c in v["changes"].as_array().into_iter().flatten() {
+                            on_change(c, now);
+                        }
+                    }
+                    Some("reset") | Some("error") => eprintln!("herald bench: subscriber: {v}"),
+                    _ => {}
+                }
+            };
+            eprintln!(
+                "herald bench: subscriber: the server closed the connection ({closed}); resuming"
+            );
+            resumes.fetch_add(1, Ordering::Relaxed);
+            match open_subscription(addr, &query, last_seq).await {
+                Ok(again) => ws = again,
+                Err(e) => {
+                    eprintln!("herald bench: subscriber: could not resume: {e}");
+                    return;
+                }
+            }
+        }
+    }))
+}
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A WebSocket with `query` subscribed: after its initial result, or, with `resume`, right
+/// away (the missed batches follow).
+async fn open_subscription(
+    addr: SocketAddr,
+    query: &Value,
+    resume: Option<u64>,
+) -> Result<Ws, String> {
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/v1/ws"))
         .await
         .map_err(|e| format!("websocket: {e}"))?;
-    let mut msg = query;
+    let mut msg = query.clone();
     msg["op"] = json!("subscribe");
     msg["sub"] = json!("s");
+    if let Some(seq) = resume {
+        msg["resumeFrom"] = json!(seq);
+    }
     ws.send(Message::Text(msg.to_string().into()))
         .await
         .map_err(|e| e.to_string())?;
+    if resume.is_some() {
+        return Ok(ws);
+    }
     loop {
         let m = tokio::time::timeout(std::time::Duration::from_secs(30), ws.next())
             .await
@@ -399,29 +468,11 @@ where
         };
         let v: Value = serde_json::from_str(&t).map_err(|e| e.to_string())?;
         match v["type"].as_str() {
-            Some("initial") => break,
+            Some("initial") => return Ok(ws),
             Some("error") => return Err(format!("subscription failed: {v}")),
             _ => {}
         }
     }
-    Ok(tokio::spawn(async move {
-        while let Some(Ok(m)) = ws.next().await {
-            let now = Instant::now();
-            let Message::Text(t) = m else { continue };
-            let Ok(v) = serde_json::from_str::<Value>(&t) else {
-                continue;
-            };
-            match v["type"].as_str() {
-                Some("changes") => {
-                    for c in v["changes"].as_array().into_iter().flatten() {
-                        on_change(c, now);
-                    }
-                }
-                Some("reset") | Some("error") => eprintln!("herald bench: subscriber: {v}"),
-                _ => {}
-            }
-        }
-    }))
 }
 
 /// `POST /v1/query`; the response body.

@@ -25,7 +25,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Series of the recorder: pull data latency, live data latency, write acknowledgement, and
@@ -311,6 +312,9 @@ pub struct RunResult {
     pub event_bytes: f64,
     /// Target rate per interval.
     pub targets: Vec<f64>,
+    /// Times the server closed the live evaluator's connection (a slow consumer) and it
+    /// resumed from its last seq.
+    pub live_resumes: u64,
 }
 
 impl RunResult {
@@ -343,6 +347,7 @@ impl RunResult {
             "rate": self.rate, "secs": self.secs, "scheduled": self.scheduled, "sent": self.sent, "applied": self.applied,
             "failed": self.failed, "counted": self.counted, "achieved_per_sec": self.achieved,
             "peak_rss_kib": self.peak_rss_kib, "mean_event_bytes": self.event_bytes,
+            "live_resumes": self.live_resumes,
             "target_per_interval": self.targets,
             "latency": self.recorder.to_json(),
             "pass_100ms": self.failure(100.0).is_none(), "pass_1s": self.failure(1000.0).is_none(),
@@ -412,7 +417,8 @@ async fn measure(
 
     // Evaluator (b): a subscription to the newest event.
     let rec = recorder.clone();
-    let live = client::subscribe(addr, newest_query(), move |c, at| {
+    let resumes = Arc::new(AtomicU64::new(0));
+    let live = client::subscribe(addr, newest_query(), resumes.clone(), move |c, at| {
         if c["kind"] == "add" {
             if let Some(ts) = c["doc"]["ts"].as_u64() {
                 rec.record(LIVE, at, clock.latency_us(ts, at));
@@ -495,6 +501,7 @@ async fn measure(
         peak_rss_kib: None,
         event_bytes: mean_event_bytes(opts),
         targets,
+        live_resumes: resumes.load(Ordering::Relaxed),
     })
 }
 
@@ -559,7 +566,7 @@ fn print_table(r: &RunResult, acked_known: bool) {
         q(r.live())
     );
     println!(
-        "events: scheduled {}, sent {}, applied {}, failed {}, committed by the server {}; mean event {:.0} bytes; server peak RSS {}",
+        "events: scheduled {}, sent {}, applied {}, failed {}, committed by the server {}; mean event {:.0} bytes; server peak RSS {}; live evaluator resumed {} times",
         r.scheduled,
         r.sent,
         r.applied,
@@ -567,7 +574,8 @@ fn print_table(r: &RunResult, acked_known: bool) {
         r.counted,
         r.event_bytes,
         r.peak_rss_kib
-            .map_or("unknown".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
+            .map_or("unknown".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0)),
+        r.live_resumes
     );
     println!(
         "pull query round trip: {}",

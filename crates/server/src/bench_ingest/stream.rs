@@ -371,7 +371,7 @@ async fn subscribe_all(
         };
         let c = count.clone();
         subs.push(
-            client::subscribe(addr, q, move |_, _| {
+            client::subscribe(addr, q, Arc::new(AtomicU64::new(0)), move |_, _| {
                 c.fetch_add(1, Ordering::Relaxed);
             })
             .await?,
