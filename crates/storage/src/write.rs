@@ -32,8 +32,8 @@ pub(crate) type Hook = Box<dyn FnOnce()>;
 /// into the batch and are undone if the job fails.
 ///
 /// Memory: the batch holds everything the job writes (and the undo list a copy of each key it
-/// wrote), so a job's size is bounded by what the caller puts in it (the database layer's
-/// document and transaction limits).
+/// wrote outside the index table), so a job's size is bounded by what the caller puts in it
+/// (the database layer's document and transaction limits).
 pub struct WriteTxn<'a> {
     snapshot: &'a Snapshot,
     batch: &'a mut Changes,

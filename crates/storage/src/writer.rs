@@ -726,4 +726,6 @@ impl Writer {
 }
 
 #[cfg(test)]
+mod index_tests;
+#[cfg(test)]
 mod tests;

@@ -114,7 +114,11 @@ impl LiveView {
         };
         let key = self.query.sort.encoded_key(&doc);
         self.keys.insert(id.clone(), key.clone());
-        let shown = self.shown(&doc);
+        let shown = if self.query.projection.is_all() {
+            Arc::new(doc) // owned: no copy
+        } else {
+            self.shown(&doc)
+        };
         self.items.insert(key, Item { id, shown });
     }
 
