@@ -344,14 +344,14 @@ impl RunWriter {
 
     /// Appends an entry; keys must strictly increase.
     pub(crate) fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
+        if self.block.would_overflow(key, value) {
+            self.close_block();
+        }
         if self.block.is_empty() {
             self.first_keys.push(key.to_vec());
         }
         self.block.push(key, value);
         self.entries += 1;
-        if self.block.is_full() {
-            self.close_block();
-        }
         self.last_key.clear();
         self.last_key.extend_from_slice(key);
     }

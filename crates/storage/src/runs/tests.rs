@@ -406,3 +406,49 @@ proptest! {
         check(&store.read().unwrap(), &model, &ranges)?;
     }
 }
+
+/// Every block a run writer makes stays within `BLOCK_BYTES` (so that, at the real size, the
+/// redb leaf holding it fits a 16 KiB page), except a block of one entry larger than that; and
+/// blocks are not cut short either: each but the last would have overflowed with the next entry.
+#[test]
+fn run_blocks_stay_within_the_block_size() {
+    use super::block::BLOCK_BYTES;
+    let mut writer = RunWriter::new(1);
+    let mut entries = Vec::new();
+    for i in 0..2_000u32 {
+        let key = format!("coll/idx/{:08}/{}", i, "x".repeat((i % 23) as usize));
+        let value = (i % 3 == 0).then(|| vec![b'v'; (i % 50) as usize]);
+        entries.push((key.into_bytes(), value));
+    }
+    // One entry alone larger than a block.
+    entries.push((b"coll/zz".to_vec(), Some(vec![b'b'; BLOCK_BYTES * 2])));
+    for (key, value) in &entries {
+        writer.push(key, value.as_deref());
+    }
+    let meta = writer.finish(1, 0).expect("entries were written");
+    assert_eq!(meta.entries, entries.len() as u64);
+    let blocks: Vec<&Vec<u8>> = writer.pending.iter().map(|(_, data)| data).collect();
+    assert!(blocks.len() > 10, "{} blocks", blocks.len());
+    for (i, block) in blocks.iter().enumerate() {
+        let one_entry = BlockCursor::new(block.to_vec()).rest().unwrap().len() == 1;
+        assert!(
+            block.len() <= BLOCK_BYTES || one_entry,
+            "block {i}: {} bytes",
+            block.len()
+        );
+    }
+    let mut decoded = Vec::new();
+    for block in &blocks {
+        decoded.extend(BlockCursor::new(block.to_vec()).rest().unwrap());
+    }
+    assert_eq!(decoded, entries);
+    // Not cut short: each block is closed only because the next entry would not fit.
+    for pair in blocks.windows(2) {
+        let mut replay = super::block::BlockWriter::default();
+        for (key, value) in BlockCursor::new(pair[0].to_vec()).rest().unwrap() {
+            replay.push(&key, value.as_deref());
+        }
+        let next = BlockCursor::new(pair[1].to_vec()).rest().unwrap();
+        assert!(replay.would_overflow(&next[0].0, next[0].1.as_deref()));
+    }
+}
