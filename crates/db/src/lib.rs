@@ -32,8 +32,8 @@ pub use db::{Db, DbOptions, QueryOutcome, StoredDoc, BUILD_CHUNK_DOCS, COMPOSITE
 pub use error::DbError;
 pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};
 pub use herald_storage::{
-    lower_current_thread_priority, make_current_thread_idle, Durability, StoreOptions, Ticket,
-    WriteError as WriteFailure, CACHE_BYTES_MAX,
+    lower_current_thread_priority, make_current_thread_idle, Durability, Histogram,
+    HistogramSnapshot, StoreOptions, Ticket, WriteError as WriteFailure, CACHE_BYTES_MAX,
 };
 pub use indexer::{COMPOSITE_ENTRIES_PER_DOC_MAX, INDEX_ENTRIES_PER_DOC_MAX};
 pub use mutations::{

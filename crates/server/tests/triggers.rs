@@ -464,6 +464,14 @@ async fn definitions_are_validated_listed_and_deleted() {
     assert!(metrics
         .text
         .contains("# TYPE herald_trigger_executed_total counter"));
+    for family in [
+        "# TYPE herald_storage_log_sync_seconds histogram",
+        "# TYPE herald_storage_durable_checkpoint_seconds histogram",
+        "# TYPE herald_storage_log_bytes_total counter",
+        "# TYPE herald_live_notify_latency_seconds histogram",
+    ] {
+        assert!(metrics.text.contains(family), "{family}");
+    }
     s.send(s.req(Method::DELETE, "/v1/triggers/a"))
         .await
         .ok(200);

@@ -602,6 +602,12 @@ impl Checkpointer {
         }
         let started = Instant::now();
         txn.commit()?;
+        if durable {
+            self.shared
+                .metrics
+                .durable_commit
+                .observe(started.elapsed());
+        }
         if !durable {
             if let Some(file) = &self.file {
                 start_writeback(file);

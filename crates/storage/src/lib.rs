@@ -166,6 +166,7 @@
 
 mod checkpoint;
 mod error;
+mod histogram;
 mod layer;
 mod merge;
 mod read;
@@ -177,6 +178,7 @@ mod write;
 mod writer;
 
 pub use error::{StorageError, WriteError};
+pub use histogram::{Histogram, HistogramSnapshot};
 pub use layer::ReadPoint;
 pub use read::{Entry, ReadRange, ReadTxn};
 pub use store::{Store, FILE_NAME};

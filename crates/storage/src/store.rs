@@ -131,7 +131,7 @@ impl Store {
             peeked: None,
             last_batch_client: false,
             shared: shared.clone(),
-            log: LogThread::spawn(wal)?,
+            log: LogThread::spawn(wal, metrics.clone())?,
             queue: receiver,
             background: background_rx,
             background_budget: Duration::from_millis(options.background_batch_ms_max),
@@ -395,6 +395,40 @@ mod tests {
             .unwrap()
             .close()
             .unwrap();
+    }
+
+    /// `/metrics` shows the log's bytes and each synced append and durable checkpoint: an
+    /// on-disk store in fsync mode times one sync per batch, an in-memory store none.
+    #[test]
+    fn log_syncs_and_durable_checkpoints_are_timed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        for i in 0..20u32 {
+            let key = i.to_be_bytes().to_vec();
+            store
+                .submit(move |txn| txn.put(Table::Docs, key.clone(), key))
+                .unwrap()
+                .wait()
+                .unwrap();
+        }
+        store.checkpoint().unwrap();
+        let m = store.metrics();
+        assert!(m.log_bytes >= 20 * 8, "{}", m.log_bytes);
+        assert_eq!(m.log_sync.count(), m.commits);
+        assert!(m.commits >= 1);
+        assert!(m.log_sync.sum_nanos > 0);
+        assert!(m.durable_commit.count() >= 1);
+        assert!(m.durable_commit.count() <= m.durable_checkpoints + 1);
+        store.close().unwrap();
+
+        let memory = Store::in_memory(StoreOptions::default()).unwrap();
+        memory
+            .submit(|txn| txn.put(Table::Docs, b"k".to_vec(), b"v".to_vec()))
+            .unwrap()
+            .wait()
+            .unwrap();
+        let m = memory.metrics();
+        assert_eq!((m.log_bytes, m.log_sync.count()), (0, 0));
     }
 
     #[test]

@@ -193,6 +193,12 @@ pub(crate) struct Metrics {
     pub(crate) run_merges: AtomicU64,
     pub(crate) run_merge_entries: AtomicU64,
     pub(crate) run_merge_nanos: AtomicU64,
+    /// Bytes appended to the log, and how long each synced append (write and `fdatasync`)
+    /// or lone sync took.
+    pub(crate) log_bytes: AtomicU64,
+    pub(crate) log_sync: crate::Histogram,
+    /// How long each durable checkpoint's redb commit (its page writes and sync) took.
+    pub(crate) durable_commit: crate::Histogram,
 }
 
 /// A snapshot of the writer's counters.
@@ -229,6 +235,14 @@ pub struct MetricsSnapshot {
     pub index_run_merges: u64,
     pub index_run_merge_entries: u64,
     pub index_run_merge_nanos: u64,
+    /// Bytes appended to the write-ahead log.
+    pub log_bytes: u64,
+    /// Each synced log append (write and `fdatasync`: what a batch waits for in `Fsync`
+    /// mode), and each lone sync.
+    pub log_sync: crate::HistogramSnapshot,
+    /// Each durable checkpoint's redb commit: writing the pages non-durable checkpoints left in
+    /// redb's buffer, and syncing the file. The log's syncs meanwhile share the disk with it.
+    pub durable_commit: crate::HistogramSnapshot,
 }
 
 impl MetricsSnapshot {
@@ -265,6 +279,9 @@ impl Metrics {
             index_run_merges: self.run_merges.load(Relaxed),
             index_run_merge_entries: self.run_merge_entries.load(Relaxed),
             index_run_merge_nanos: self.run_merge_nanos.load(Relaxed),
+            log_bytes: self.log_bytes.load(Relaxed),
+            log_sync: self.log_sync.snapshot(),
+            durable_commit: self.durable_commit.snapshot(),
         }
     }
 }

@@ -91,6 +91,11 @@ fn render(db: &herald_db::Db) -> String {
             "Index entries read by merges of index runs.",
             m.index_run_merge_entries,
         ),
+        (
+            "herald_storage_log_bytes_total",
+            "Bytes appended to the write-ahead log.",
+            m.log_bytes,
+        ),
     ] {
         family(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {v}");
@@ -155,6 +160,16 @@ fn render(db: &herald_db::Db) -> String {
         out,
         "herald_storage_checkpoint_commit_seconds_total {}",
         m.checkpoint_commit_nanos as f64 / 1e9
+    );
+    m.log_sync.render(
+        &mut out,
+        "herald_storage_log_sync_seconds",
+        "Each synced write-ahead log append (write and fdatasync: what a write waits for in fsync mode).",
+    );
+    m.durable_commit.render(
+        &mut out,
+        "herald_storage_durable_checkpoint_seconds",
+        "Each durable checkpoint's redb commit (writing the pages buffered since the last one, and the sync).",
     );
     let defs = db.triggers().defs();
     let statuses: Vec<serde_json::Value> = defs

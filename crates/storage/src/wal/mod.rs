@@ -58,14 +58,17 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use redb::ReadableDatabase;
 
 use crate::layer::{Changes, Layer};
 use crate::tables::{Table, STATE, STATE_CHECKPOINT, TABLE_COUNT};
+use crate::writer::Metrics;
 use crate::StorageError;
 
 const MAGIC: [u8; 4] = *b"HWAL";
@@ -407,17 +410,17 @@ pub(crate) enum Wal {
 }
 
 impl Wal {
-    /// Logs `batch`, and makes it durable if `sync`.
-    pub(crate) fn append(&mut self, batch: u64, changes: &Changes, sync: bool) -> io::Result<()> {
+    /// Logs `batch`, and makes it durable if `sync`; returns the bytes appended.
+    pub(crate) fn append(&mut self, batch: u64, changes: &Changes, sync: bool) -> io::Result<u64> {
         match self {
-            Wal::Off => Ok(()),
+            Wal::Off => Ok(0),
             Wal::File(writer) => writer.append(batch, changes, sync),
             #[cfg(test)]
             Wal::Failing(fail) => {
                 if fail.load(std::sync::atomic::Ordering::SeqCst) {
                     return Err(io::Error::other("injected disk failure"));
                 }
-                Ok(())
+                Ok(0)
             }
         }
     }
@@ -503,7 +506,7 @@ impl WalWriter {
         }
     }
 
-    fn append(&mut self, batch: u64, changes: &Changes, sync: bool) -> io::Result<()> {
+    fn append(&mut self, batch: u64, changes: &Changes, sync: bool) -> io::Result<u64> {
         let spare_ready = self.spare.as_ref().is_some_and(JoinHandle::is_finished);
         if self.active.as_ref().is_none_or(|a| {
             a.len >= self.segment_bytes || (!a.preallocated && spare_ready && a.len > 0)
@@ -526,7 +529,8 @@ impl WalWriter {
             let _ = active.file.seek(SeekFrom::Start(active.len));
             return Err(err);
         }
-        active.len += self.buf.len() as u64;
+        let appended = self.buf.len() as u64;
+        active.len += appended;
         active.last_batch = batch;
         self.written = batch;
         if sync {
@@ -536,7 +540,7 @@ impl WalWriter {
             self.buf = Vec::new();
         }
         self.tend_spare();
-        Ok(())
+        Ok(appended)
     }
 
     fn sync(&mut self) -> io::Result<()> {
@@ -664,13 +668,13 @@ pub(crate) struct LogThread {
 }
 
 impl LogThread {
-    pub(crate) fn spawn(wal: Wal) -> io::Result<LogThread> {
+    pub(crate) fn spawn(wal: Wal, metrics: Arc<Metrics>) -> io::Result<LogThread> {
         // The writer has at most one request outstanding while it prepares the next one.
         let (requests, receiver) = mpsc::sync_channel(2);
         let (sender, replies) = mpsc::channel();
         let handle = std::thread::Builder::new()
             .name("herald-wal".into())
-            .spawn(move || serve(wal, receiver, sender))?;
+            .spawn(move || serve(wal, receiver, sender, &metrics))?;
         Ok(LogThread {
             requests,
             replies,
@@ -683,14 +687,28 @@ fn serve(
     mut wal: Wal,
     requests: Receiver<LogRequest>,
     replies: Sender<Result<(), StorageError>>,
+    metrics: &Metrics,
 ) -> Result<(), StorageError> {
     let mut failed: Option<StorageError> = None;
+    let on_disk = matches!(wal, Wal::File(_));
     for request in requests {
+        let started = Instant::now();
         let result = match &failed {
             Some(err) => Err(err.clone()),
             None => match request {
-                LogRequest::Append { layer, sync } => wal.append(layer.batch, &layer.changes, sync),
-                LogRequest::Sync => wal.sync(),
+                LogRequest::Append { layer, sync } => {
+                    wal.append(layer.batch, &layer.changes, sync).map(|bytes| {
+                        metrics.log_bytes.fetch_add(bytes, Relaxed);
+                        if sync && on_disk {
+                            metrics.log_sync.observe(started.elapsed());
+                        }
+                    })
+                }
+                LogRequest::Sync => wal.sync().map(|()| {
+                    if on_disk {
+                        metrics.log_sync.observe(started.elapsed());
+                    }
+                }),
             }
             .map_err(StorageError::from),
         };
