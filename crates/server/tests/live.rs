@@ -219,6 +219,49 @@ async fn resume_delivers_exactly_the_missed_changes_even_after_a_restart() {
     s.stop().await;
 }
 
+/// Resuming a sorted, limited subscription after more changes than a query may return (the
+/// engine rebuilds the old result by undoing them) gets a reset and a fresh result, not an
+/// error: seen when RockBench's live evaluator was closed as a slow consumer at 14,000 ev/s and
+/// its resume, 2 s later, failed with `limit_exceeded`.
+#[tokio::test]
+async fn resuming_after_more_changes_than_a_query_may_return_resets() {
+    let s = Server::start().await;
+    let mut ws = connect(&s).await;
+    let sub =
+        json!({"op": "subscribe", "sub": "s", "collection": "c", "sort": {"n": -1}, "limit": 1});
+    send(&mut ws, sub.clone()).await;
+    let init = next(&mut ws).await;
+    assert_eq!(init["type"], "initial");
+    let seen = init["seq"].as_u64().unwrap();
+    drop(ws);
+    let n = herald_db::QUERY_DOCS_MAX + 10;
+    let mut body = String::new();
+    for i in 0..n {
+        body.push_str(
+            &json!({"op": "put", "collection": "c", "id": format!("d{i}"), "doc": {"n": i}})
+                .to_string(),
+        );
+        body.push('\n');
+    }
+    assert_eq!(s.json_raw_bulk(&body).await["applied"], n);
+    let mut ws = connect(&s).await;
+    let mut resume = sub.clone();
+    resume["resumeFrom"] = json!(seen);
+    send(&mut ws, resume).await;
+    let reset = next(&mut ws).await;
+    assert_eq!(reset["type"], "reset", "{reset}");
+    let fresh = next(&mut ws).await;
+    assert_eq!(
+        (fresh["type"].as_str(), ids(&fresh["docs"])),
+        (Some("initial"), vec![format!("d{}", n - 1)])
+    );
+    // And it is live from there.
+    s.put("c/top", json!({"n": n})).await;
+    let m = next(&mut ws).await;
+    assert_eq!(m["type"], "changes", "{m}");
+    s.stop().await;
+}
+
 /// Reads SSE frames until one whose data satisfies `want`; returns (id, data).
 async fn sse_until(
     resp: &mut reqwest::Response,

@@ -327,6 +327,11 @@ impl Engine {
         let docs = match Self::top_at(db, collection, query, Self::fetch_size(query), from) {
             Ok(d) => d,
             Err(DbError::Corrupt(m)) if m == LOG_GONE => return Ok(false),
+            // The result as of `from` is rebuilt from today's by undoing every change since;
+            // past `QUERY_DOCS_MAX` of them that query is refused. A fresh result (a reset) is
+            // then what the subscriber gets, as when the log no longer reaches back; replaying
+            // that many changes would cost it more than a new result anyway.
+            Err(DbError::LimitExceeded(_)) if query.limit.is_some() => return Ok(false),
             Err(e) => return Err(e),
         };
         let mut view = LiveView::new(query.clone(), SLACK_DEFAULT, docs, from);
