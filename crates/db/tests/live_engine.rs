@@ -169,3 +169,111 @@ fn subscribers_converge_on_the_pull_query_under_racing_writes() {
         engine.stop();
     }
 }
+
+/// A sink that takes its first message (the initial result) and blocks in its second until
+/// released: it holds the engine thread in the middle of delivering a commit.
+struct GateSink {
+    /// (messages seen, released)
+    state: Mutex<(usize, bool)>,
+    changed: std::sync::Condvar,
+}
+
+impl Sink for GateSink {
+    fn send(&self, _msg: Value) -> bool {
+        let mut state = self.state.lock().unwrap();
+        state.0 += 1;
+        self.changed.notify_all();
+        while state.0 >= 2 && !state.1 {
+            state = self.changed.wait(state).unwrap();
+        }
+        true
+    }
+    fn conn(&self) -> u64 {
+        999
+    }
+}
+
+#[test]
+fn a_subscription_made_while_the_engine_lags_far_behind_gets_the_newest_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path(),
+        DbOptions {
+            durability: Durability::NoSync,
+            ..DbOptions::default()
+        },
+    )
+    .unwrap();
+    let engine = LiveEngine::start(db.clone());
+    let gate = Arc::new(GateSink {
+        state: Mutex::new((0, false)),
+        changed: std::sync::Condvar::new(),
+    });
+    let wait_for = |seen: usize| {
+        let mut state = gate.state.lock().unwrap();
+        while state.0 < seen {
+            state = gate
+                .changed
+                .wait_timeout(state, Duration::from_secs(10))
+                .unwrap()
+                .0;
+        }
+    };
+    let put = |id: String, n: i64| Write::Put {
+        collection: "c".into(),
+        id,
+        doc: json!({"n": n, "g": 0, "tags": []}),
+        if_version: None,
+    };
+    let q = Query::parse(&json!({"filter": {"g": 0}, "sort": {"n": -1}, "limit": 2})).unwrap();
+    engine
+        .subscribe(SubscribeRequest {
+            sub: "gate".into(),
+            collection: "c".into(),
+            query: q,
+            key: "gate".into(),
+            resume_from: None,
+            sink: gate.clone(),
+        })
+        .unwrap();
+    wait_for(1);
+    // The engine delivers this commit to the gate and stays there.
+    db.commit(vec![put("first".into(), 0)]).unwrap();
+    wait_for(2);
+    // Meanwhile: a subscription, then more changes than a query may return.
+    let sink = Arc::new(TestSink {
+        conn: 1,
+        msgs: Mutex::new(Vec::new()),
+    });
+    subscribe(&engine, 0, sink.clone(), None);
+    let total = herald_db::QUERY_DOCS_MAX + 500;
+    for chunk in 0..total / 500 {
+        let writes = (0..500)
+            .map(|i| {
+                let k = chunk * 500 + i + 1;
+                put(format!("d{k}"), k as i64)
+            })
+            .collect();
+        db.commit(writes).unwrap();
+    }
+    // Released, the engine attaches the new subscription before it reads those commits: it is
+    // ~10,500 changes behind the newest snapshot then.
+    gate.state.lock().unwrap().1 = true;
+    gate.changed.notify_all();
+    db.commit(vec![put("late".into(), -1)]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !engine.is_idle() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(engine.is_idle(), "engine caught up");
+    let msgs = sink.msgs.lock().unwrap().clone();
+    assert!(
+        msgs.iter().all(|m| m["type"] != "error"),
+        "no error: {msgs:?}"
+    );
+    assert_eq!(msgs[0]["type"], "initial");
+    let (list, _) = client_state(&msgs);
+    let q = Query::parse(&serde_json::from_str(QUERIES[0]).unwrap()).unwrap();
+    assert_eq!(list, db.query("c", &q).unwrap().docs);
+    engine.stop();
+}
