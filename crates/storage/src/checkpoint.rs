@@ -34,7 +34,12 @@ const MERGER_NICE: i32 = 10;
 /// one, the level-0 runs a checkpoint writes every ~0.7 s piled up behind such a merge until
 /// `RUNS_MAX`, where the checkpointer merges before it returns and writes wait for it (seen at
 /// 12,000 RockBench events/s after a few minutes: 20 runs, then the layers at their bound).
-const MERGERS: usize = 2;
+/// The last of them takes only runs of levels below [`SMALL_LEVELS`]: with a checkpoint (and so
+/// a new run) every 50 ms, two mergers both in long merges of large runs let the new ones reach
+/// `RUNS_MAX` within a second.
+const MERGERS: usize = 3;
+/// The levels the last merger thread merges (runs of up to ~16 checkpoints' entries).
+const SMALL_LEVELS: u32 = 2;
 
 /// A checkpoint due by age waits for the writer to be idle this long (at most the interval)...
 const IDLE: Duration = Duration::from_millis(50);
@@ -49,11 +54,16 @@ const DEFER_FACTOR: u32 = 5;
 /// Whether layers whose oldest is `age` old, the newest `idle_for`, are due for a checkpoint by
 /// age: `None` if so, else how long to wait before asking again. Due once `interval` old and
 /// the writer has been idle for [`IDLE`] (or `interval`, if shorter), or in any case once
-/// `DEFER_FACTOR` intervals old: under continuous writes checkpoints are fewer and larger
-/// (each B-tree page is copied fewer times), and a burst's checkpoint runs in the quiet after
-/// it rather than in the next burst.
-fn due_by_age(age: Duration, idle_for: Duration, interval: Duration) -> Option<Duration> {
-    let deferred_max = interval.saturating_mul(DEFER_FACTOR);
+/// `defer` intervals old: under continuous writes checkpoints are fewer and larger (each
+/// B-tree page is copied fewer times), and a burst's checkpoint runs in the quiet after it
+/// rather than in the next burst. With `defer` 1 a checkpoint is due once `interval` old.
+fn due_by_age(
+    age: Duration,
+    idle_for: Duration,
+    interval: Duration,
+    defer: u32,
+) -> Option<Duration> {
+    let deferred_max = interval.saturating_mul(defer.max(1));
     let idle = IDLE.min(interval);
     if age >= deferred_max || (age >= interval && idle_for >= idle) {
         return None;
@@ -75,8 +85,25 @@ pub(crate) struct Limits {
     pub(crate) checkpoint_interval: Duration,
     /// The writer waits before a batch while the layers hold this many bytes.
     pub(crate) layers_bytes_max: usize,
-    /// The longest redb goes without a durable checkpoint while a non-durable one is pending.
+    /// The longest redb goes without a durable checkpoint while a non-durable one is pending
+    /// (zero: every checkpoint is durable).
     pub(crate) durable_interval: Duration,
+}
+
+impl Limits {
+    /// How many intervals of age a checkpoint waits for a pause in the writes ([`due_by_age`]).
+    /// When every checkpoint is durable it does not wait: a durable checkpoint writes and syncs
+    /// everything it covers, and the larger that is, the longer the log's syncs queue behind
+    /// its sync (on this project's machine, a 2 s interval's 200-600 MB stalled commits for
+    /// 100-300 ms every few seconds at 20,000 RockBench events/s; 50 ms checkpoints, each
+    /// durable, took that to under 50 ms, docs/benchmarks.md).
+    fn defer(&self) -> u32 {
+        if self.durable_interval.is_zero() {
+            1
+        } else {
+            DEFER_FACTOR
+        }
+    }
 }
 
 /// What the writer, the checkpointer and [`Store::read`](crate::Store::read) share.
@@ -341,7 +368,12 @@ impl Checkpointer {
     pub(crate) fn run(self) -> Result<(), StorageError> {
         let mut wakes = Vec::with_capacity(MERGERS);
         let mut mergers = Vec::with_capacity(MERGERS);
-        for _ in 0..MERGERS {
+        for i in 0..MERGERS {
+            let top = if i + 1 == MERGERS {
+                SMALL_LEVELS
+            } else {
+                u32::MAX
+            };
             let (wake, woken) = std::sync::mpsc::sync_channel(1);
             let merges = self.merges.clone();
             let shared = self.shared.clone();
@@ -351,7 +383,7 @@ impl Checkpointer {
                     // Merges are background work: threads serving clients run first on a busy
                     // machine (past `RUNS_MAX` runs the checkpointer merges at normal priority).
                     crate::lower_current_thread_priority(MERGER_NICE);
-                    if let Err(err) = merges.run(woken) {
+                    if let Err(err) = merges.run(woken, top) {
                         shared.fail(err);
                     }
                 })?;
@@ -489,9 +521,9 @@ impl Checkpointer {
             // once the oldest non-durable one has waited `durable_interval`.
             let durable_due = progress.pending_since.map(|t| t.elapsed());
             let forced = state.closing || state.requested > state.served;
-            let durable = forced
-                || limits.durable_interval.is_zero()
-                || durable_due.is_some_and(|d| d >= limits.durable_interval);
+            // A pending non-durable checkpoint has waited long enough for its durable one.
+            let overdue = durable_due.is_some_and(|d| d >= limits.durable_interval);
+            let durable = forced || limits.durable_interval.is_zero() || overdue;
             let Some(oldest) = state.snapshot.layers.first() else {
                 if progress.pending_since.is_some() && durable {
                     return Ok(Some(Job {
@@ -527,9 +559,9 @@ impl Checkpointer {
                 .layers
                 .last()
                 .map_or(age, |l| l.created.elapsed());
-            let by_age = due_by_age(age, idle_for, interval);
+            let by_age = due_by_age(age, idle_for, interval, limits.defer());
             let due = forced
-                || durable
+                || overdue
                 || state.writer_waiting
                 || state.layers_bytes >= limits.checkpoint_bytes
                 || by_age.is_none();
@@ -633,7 +665,7 @@ impl Checkpointer {
         }
         // Merges fell behind: merge here until back under the bound (this checkpoint's
         // successor, and at the layers' bound the writer, wait meanwhile).
-        while self.merges.merge_once()? {
+        while self.merges.merge_once(u32::MAX)? {
             let base = Base::open(&self.db, &self.merges.cache)?;
             if base.runs.len() < RUNS_MAX {
                 return Ok(base);
@@ -656,24 +688,37 @@ mod due_tests {
         Duration::from_millis(n)
     }
 
+    fn due_by_age5(age: Duration, idle_for: Duration, interval: Duration) -> Option<Duration> {
+        due_by_age(age, idle_for, interval, DEFER_FACTOR)
+    }
+
+    #[test]
+    fn without_deferral_a_checkpoint_is_due_at_the_interval() {
+        let interval = ms(50);
+        assert_eq!(due_by_age(ms(20), ms(0), interval, 1), Some(ms(30)));
+        // Writes keep coming: due all the same.
+        assert_eq!(due_by_age(ms(50), ms(0), interval, 1), None);
+        assert_eq!(due_by_age(ms(80), ms(0), interval, 0), None);
+    }
+
     #[test]
     fn a_checkpoint_waits_for_the_interval_then_for_a_quiet_moment_within_a_bound() {
         let interval = ms(200);
         // Younger than the interval: wait for the rest of it.
-        assert_eq!(due_by_age(ms(50), ms(0), interval), Some(ms(150)));
+        assert_eq!(due_by_age5(ms(50), ms(0), interval), Some(ms(150)));
         // Old enough, and the writer has been quiet long enough: now.
-        assert_eq!(due_by_age(ms(200), IDLE, interval), None);
-        assert_eq!(due_by_age(ms(400), ms(300), interval), None);
+        assert_eq!(due_by_age5(ms(200), IDLE, interval), None);
+        assert_eq!(due_by_age5(ms(400), ms(300), interval), None);
         // Old enough, but writes keep coming: wait for quiet, at most until the bound.
-        assert_eq!(due_by_age(ms(300), ms(10), interval), Some(IDLE - ms(10)));
-        assert_eq!(due_by_age(ms(990), ms(0), interval), Some(ms(10)));
+        assert_eq!(due_by_age5(ms(300), ms(10), interval), Some(IDLE - ms(10)));
+        assert_eq!(due_by_age5(ms(990), ms(0), interval), Some(ms(10)));
         // At the bound it runs regardless.
-        assert_eq!(due_by_age(interval * DEFER_FACTOR, ms(0), interval), None);
+        assert_eq!(due_by_age5(interval * DEFER_FACTOR, ms(0), interval), None);
         // A short interval also shortens the quiet it waits for.
-        assert_eq!(due_by_age(ms(1), ms(1), ms(1)), None);
+        assert_eq!(due_by_age5(ms(1), ms(1), ms(1)), None);
         // Never a zero wait (no busy loop).
         let almost = IDLE - Duration::from_micros(1);
-        assert_eq!(due_by_age(ms(200), almost, interval), Some(ms(1)));
+        assert_eq!(due_by_age5(ms(200), almost, interval), Some(ms(1)));
     }
 }
 

@@ -82,14 +82,14 @@
 //!
 //! # Checkpoints
 //!
-//! A checkpointer thread applies layers to redb in one large durable transaction, newest value
-//! per key, in key order (the `index` table's as one new run, which a merger thread later
-//! merges with others), and records the last batch it applied in `storage_state` in the same
+//! A checkpointer thread applies layers to redb in one durable transaction, newest value
+//! per key, in key order (the `index` table's as one new run, which merger threads later
+//! merge with others), and records the last batch it applied in `storage_state` in the same
 //! transaction. It then swaps the snapshot new readers get (redb after the checkpoint plus the
 //! layers after it) and deletes the log segments the checkpoint covers. It runs when the layers
-//! hold `checkpoint_bytes`, when the oldest is `checkpoint_interval_ms` old and the writer has
-//! paused for 50 ms (under continuous writes, once it is five intervals old), when the writer
-//! waits for memory, or on [`Store::checkpoint`]. If a checkpoint fails, the store refuses
+//! hold `checkpoint_bytes`, when the oldest is `checkpoint_interval_ms` old (with non-durable
+//! checkpoints configured, only once the writer has paused for 50 ms or the oldest is five
+//! intervals old), when the writer waits for memory, or on [`Store::checkpoint`]. If a checkpoint fails, the store refuses
 //! further writes (like a failed commit); what was committed stays readable and is in the log.
 //!
 //! # Recovery
@@ -207,14 +207,17 @@ pub const NOSYNC_LAG_MS_MAX: u64 = 1000;
 /// Default memory held by committed batches not yet in redb that triggers a checkpoint.
 pub const CHECKPOINT_BYTES: usize = 64 << 20;
 
-/// Default age of the oldest committed batch not yet in redb that triggers a checkpoint once
-/// the writer pauses (under continuous writes, at five times this age).
-pub const CHECKPOINT_INTERVAL_MS: u64 = 200;
+/// Default age of the oldest committed batch not yet in redb that triggers a checkpoint (with
+/// non-durable checkpoints in between durable ones, once the writer pauses, and under
+/// continuous writes at five times this age).
+pub const CHECKPOINT_INTERVAL_MS: u64 = 50;
 
 /// Default longest time redb goes without a durable checkpoint while a non-durable one is
-/// pending. Checkpoints in between commit to redb without syncing; the log keeps every batch
-/// after the last durable one (what a restart after a crash replays).
-pub const DURABLE_CHECKPOINT_INTERVAL_MS: u64 = 2000;
+/// pending: 0, every checkpoint is durable. With a longer interval, checkpoints in between
+/// commit to redb without syncing and the log keeps every batch after the last durable one
+/// (what a restart after a crash replays); the durable one then writes and syncs everything
+/// since, and the log's syncs queue behind that (docs/storage.md, "Checkpoints").
+pub const DURABLE_CHECKPOINT_INTERVAL_MS: u64 = 0;
 
 /// Default bound on the memory held by committed batches not yet in redb; at it, the writer
 /// waits for the checkpointer before starting another batch.
@@ -256,9 +259,10 @@ pub struct StoreOptions {
     pub background_batch_ms_max: u64,
     /// Checkpoint once committed batches not yet in redb hold this many bytes (estimated).
     pub checkpoint_bytes: usize,
-    /// Checkpoint once the oldest committed batch not yet in redb is this old, in ms, and the
-    /// writer has paused for 50 ms (or this long, if shorter); without a pause, at five times
-    /// this age.
+    /// Checkpoint once the oldest committed batch not yet in redb is this old, in ms. With
+    /// non-durable checkpoints (`durable_checkpoint_interval_ms` > 0), only once the writer has
+    /// also paused for 50 ms (or this long, if shorter), and without a pause at five times this
+    /// age.
     pub checkpoint_interval_ms: u64,
     /// Make a checkpoint durable once the oldest non-durable one is this old, in ms (0: every
     /// checkpoint is durable). Bounds how much log a restart after a crash replays.

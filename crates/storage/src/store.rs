@@ -432,6 +432,30 @@ mod tests {
     }
 
     #[test]
+    fn by_default_every_checkpoint_is_durable_and_continuous_writes_do_not_defer_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        // Writes every ~5 ms for 400 ms: the writer never pauses for 50 ms, so a deferral to
+        // five intervals would allow at most one or two checkpoints by age.
+        let started = std::time::Instant::now();
+        let mut i = 0u32;
+        while started.elapsed() < std::time::Duration::from_millis(400) {
+            let key = i.to_be_bytes().to_vec();
+            store
+                .submit(move |txn| txn.put(Table::Docs, key.clone(), key))
+                .unwrap()
+                .wait()
+                .unwrap();
+            i += 1;
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let m = store.metrics();
+        assert!(m.checkpoints >= 3, "{} checkpoints", m.checkpoints);
+        assert_eq!(m.durable_checkpoints, m.checkpoints);
+        store.close().unwrap();
+    }
+
+    #[test]
     fn a_new_store_records_its_format() {
         let dir = tempfile::tempdir().unwrap();
         create_and_close(dir.path());

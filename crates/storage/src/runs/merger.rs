@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use redb::ReadableDatabase;
 
-use super::{merge, merge_plan, RunCache, RunMeta};
+use super::{merge, merge_plan_below, RunCache, RunMeta};
 use crate::tables::{RUN_BLOCKS, RUN_META};
 use crate::writer::Metrics;
 use crate::StorageError;
@@ -36,8 +36,9 @@ pub(crate) struct Merges {
 }
 
 impl Merges {
-    /// Claims the next stretch of runs to merge and merges it; false if none is due.
-    pub(crate) fn merge_once(&self) -> Result<bool, StorageError> {
+    /// Claims the next stretch of runs of a level below `top` to merge and merges it; false if
+    /// none is due.
+    pub(crate) fn merge_once(&self, top: u32) -> Result<bool, StorageError> {
         // Listing and claiming under one lock: a merge releases its runs only after its last
         // commit, so a list taken here never shows runs another merge has already replaced.
         let (read, inputs, bottom) = {
@@ -49,7 +50,7 @@ impl Merges {
             let read = self.db.begin_read()?;
             let listed = self.cache.load(&read.open_table(RUN_META)?)?;
             self.metrics.index_runs.store(listed.len() as u64, Relaxed);
-            let Some(plan) = merge_plan(&listed, |run| files.contains(&run.file)) else {
+            let Some(plan) = merge_plan_below(&listed, |run| files.contains(&run.file), top) else {
                 return Ok(false);
             };
             let bottom = plan.start == 0;
@@ -82,12 +83,12 @@ impl Merges {
         Ok(true)
     }
 
-    /// The merger thread: merges while merges are due, then sleeps until the next checkpoint
-    /// wakes it; returns when the checkpointer hangs up (the store is closing) or on the first
-    /// error, which the caller reports as the store's failure.
-    pub(crate) fn run(&self, wake: Receiver<()>) -> Result<(), StorageError> {
+    /// A merger thread: merges runs of levels below `top` while such merges are due, then
+    /// sleeps until the next checkpoint wakes it; returns when the checkpointer hangs up (the
+    /// store is closing) or on the first error, which the caller reports as the store's failure.
+    pub(crate) fn run(&self, wake: Receiver<()>, top: u32) -> Result<(), StorageError> {
         while wake.recv().is_ok() {
-            while self.merge_once()? {}
+            while self.merge_once(top)? {}
         }
         Ok(())
     }

@@ -437,9 +437,20 @@ pub(crate) fn append<'e>(
 /// holds [`MERGE_WIDTH`] runs (all of it, up to twice that). Merging a stretch of level `L`
 /// into one run of level `L + 1` keeps levels from increasing towards newer runs: the run just
 /// older than the stretch is of a higher level, or of level `L` and busy becoming `L + 1`.
+#[cfg(test)]
 pub(crate) fn merge_plan(
     runs: &[Arc<RunMeta>],
     busy: impl Fn(&RunMeta) -> bool,
+) -> Option<std::ops::Range<usize>> {
+    merge_plan_below(runs, busy, u32::MAX)
+}
+
+/// [`merge_plan`] among the runs of levels below `top` only (those are the newest runs, since
+/// levels never increase towards newer runs).
+pub(crate) fn merge_plan_below(
+    runs: &[Arc<RunMeta>],
+    busy: impl Fn(&RunMeta) -> bool,
+    top: u32,
 ) -> Option<std::ops::Range<usize>> {
     let mut end = runs.len();
     while end > 0 {
@@ -448,6 +459,9 @@ pub(crate) fn merge_plan(
             continue;
         }
         let level = runs[end - 1].level;
+        if level >= top {
+            return None;
+        }
         let mut start = end - 1;
         while start > 0
             && end - start < 2 * MERGE_WIDTH

@@ -452,3 +452,21 @@ fn run_blocks_stay_within_the_block_size() {
         assert!(replay.would_overflow(&next[0].0, next[0].1.as_deref()));
     }
 }
+
+#[test]
+fn a_plan_below_a_level_takes_only_newer_runs() {
+    let levels = |ls: &[u32]| -> Vec<Arc<RunMeta>> {
+        ls.iter()
+            .enumerate()
+            .map(|(i, &l)| meta(i as u64, l))
+            .collect()
+    };
+    let idle = |_: &RunMeta| false;
+    let runs = levels(&[2, 2, 2, 2, 1, 1, 1, 1, 0, 0]);
+    assert_eq!(merge_plan_below(&runs, idle, u32::MAX), Some(4..8));
+    assert_eq!(merge_plan_below(&runs, idle, 2), Some(4..8));
+    assert_eq!(merge_plan_below(&runs, idle, 1), None);
+    let runs = levels(&[2, 2, 2, 2]);
+    assert_eq!(merge_plan_below(&runs, idle, 2), None);
+    assert_eq!(merge_plan_below(&runs, idle, 3), Some(0..4));
+}
