@@ -256,8 +256,12 @@ fn a_subscription_made_while_the_engine_lags_far_behind_gets_the_newest_result()
             .collect();
         db.commit(writes).unwrap();
     }
+    // And more commits than the engine reads at once when it catches up.
+    for k in 0..1100 {
+        db.commit(vec![put(format!("e{k}"), 20_000 + k)]).unwrap();
+    }
     // Released, the engine attaches the new subscription before it reads those commits: it is
-    // ~10,500 changes behind the newest snapshot then.
+    // ~11,600 changes behind the newest snapshot then.
     gate.state.lock().unwrap().1 = true;
     gate.changed.notify_all();
     db.commit(vec![put("late".into(), -1)]).unwrap();

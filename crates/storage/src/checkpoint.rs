@@ -41,15 +41,9 @@ const MERGERS: usize = 3;
 /// The levels the last merger thread merges (runs of up to ~16 checkpoints' entries).
 const SMALL_LEVELS: u32 = 2;
 
-/// A checkpoint due by age waits for the writer to be idle this long (at most the interval)...
+/// A checkpoint due by age waits for the writer to be idle this long (at most the interval),
+/// for at most `StoreOptions::checkpoint_defer_factor` intervals of age in all.
 const IDLE: Duration = Duration::from_millis(50);
-/// ...for at most this many intervals of age in all.
-///
-/// Why: continuous inserts (`herald bench http`) ran ~12% faster with checkpoints every 1 s
-/// instead of every 200 ms (each B-tree page touched is copied once per checkpoint), but a
-/// stream of one burst per second ran ~20% slower with them, because each burst's checkpoint
-/// then landed in the next burst. Deferring only while writes continue gets both.
-const DEFER_FACTOR: u32 = 5;
 
 /// Whether layers whose oldest is `age` old, the newest `idle_for`, are due for a checkpoint by
 /// age: `None` if so, else how long to wait before asking again. Due once `interval` old and
@@ -88,22 +82,9 @@ pub(crate) struct Limits {
     /// The longest redb goes without a durable checkpoint while a non-durable one is pending
     /// (zero: every checkpoint is durable).
     pub(crate) durable_interval: Duration,
-}
-
-impl Limits {
-    /// How many intervals of age a checkpoint waits for a pause in the writes ([`due_by_age`]).
-    /// When every checkpoint is durable it does not wait: a durable checkpoint writes and syncs
-    /// everything it covers, and the larger that is, the longer the log's syncs queue behind
-    /// its sync (on this project's machine, a 2 s interval's 200-600 MB stalled commits for
-    /// 100-300 ms every few seconds at 20,000 RockBench events/s; 50 ms checkpoints, each
-    /// durable, took that to under 50 ms, docs/benchmarks.md).
-    fn defer(&self) -> u32 {
-        if self.durable_interval.is_zero() {
-            1
-        } else {
-            DEFER_FACTOR
-        }
-    }
+    /// How many intervals of age a checkpoint may wait for a pause in the writes
+    /// ([`due_by_age`]; 1: none).
+    pub(crate) defer: u32,
 }
 
 /// What the writer, the checkpointer and [`Store::read`](crate::Store::read) share.
@@ -559,7 +540,7 @@ impl Checkpointer {
                 .layers
                 .last()
                 .map_or(age, |l| l.created.elapsed());
-            let by_age = due_by_age(age, idle_for, interval, limits.defer());
+            let by_age = due_by_age(age, idle_for, interval, limits.defer);
             let due = forced
                 || overdue
                 || state.writer_waiting
@@ -681,7 +662,8 @@ fn nanos_since(t: Instant) -> u64 {
 
 #[cfg(test)]
 mod due_tests {
-    use super::{due_by_age, DEFER_FACTOR, IDLE};
+    use super::{due_by_age, IDLE};
+    const DEFER_FACTOR: u32 = 5;
     use std::time::Duration;
 
     fn ms(n: u64) -> Duration {

@@ -82,14 +82,14 @@
 //!
 //! # Checkpoints
 //!
-//! A checkpointer thread applies layers to redb in one durable transaction, newest value
+//! A checkpointer thread applies layers to redb in one transaction, newest value
 //! per key, in key order (the `index` table's as one new run, which merger threads later
 //! merge with others), and records the last batch it applied in `storage_state` in the same
 //! transaction. It then swaps the snapshot new readers get (redb after the checkpoint plus the
 //! layers after it) and deletes the log segments the checkpoint covers. It runs when the layers
-//! hold `checkpoint_bytes`, when the oldest is `checkpoint_interval_ms` old (with non-durable
-//! checkpoints configured, only once the writer has paused for 50 ms or the oldest is five
-//! intervals old), when the writer waits for memory, or on [`Store::checkpoint`]. If a checkpoint fails, the store refuses
+//! hold `checkpoint_bytes`, when the oldest is `checkpoint_interval_ms` old (with a
+//! `checkpoint_defer_factor` above 1, only once the writer has paused for 50 ms or the oldest
+//! is that many intervals old), when the writer waits for memory, or on [`Store::checkpoint`]. If a checkpoint fails, the store refuses
 //! further writes (like a failed commit); what was committed stays readable and is in the log.
 //!
 //! # Recovery
@@ -128,6 +128,8 @@
 //! | time a no-sync commit stays volatile | `StoreOptions::nosync_lag_ms_max` | [`NOSYNC_LAG_MS_MAX`] |
 //! | layers that trigger a checkpoint, by size | `StoreOptions::checkpoint_bytes` | [`CHECKPOINT_BYTES`] |
 //! | layers that trigger a checkpoint, by age | `StoreOptions::checkpoint_interval_ms` | [`CHECKPOINT_INTERVAL_MS`] |
+//! | intervals a checkpoint waits for a pause in writes | `StoreOptions::checkpoint_defer_factor` | [`CHECKPOINT_DEFER_FACTOR`] |
+//! | a pending non-durable checkpoint's age before a durable one | `StoreOptions::durable_checkpoint_interval_ms` | [`DURABLE_CHECKPOINT_INTERVAL_MS`] |
 //! | memory held by layers not yet checkpointed | `StoreOptions::layers_bytes_max` | [`LAYERS_BYTES_MAX`] |
 //! | one log segment file | `StoreOptions::wal_segment_bytes` | [`WAL_SEGMENT_BYTES`] |
 //! | one key plus value | [`ENTRY_BYTES_MAX`] | 1 GiB |
@@ -207,17 +209,20 @@ pub const NOSYNC_LAG_MS_MAX: u64 = 1000;
 /// Default memory held by committed batches not yet in redb that triggers a checkpoint.
 pub const CHECKPOINT_BYTES: usize = 64 << 20;
 
-/// Default age of the oldest committed batch not yet in redb that triggers a checkpoint (with
-/// non-durable checkpoints in between durable ones, once the writer pauses, and under
-/// continuous writes at five times this age).
+/// Default age of the oldest committed batch not yet in redb that triggers a checkpoint.
 pub const CHECKPOINT_INTERVAL_MS: u64 = 50;
 
+/// Default for how many checkpoint intervals a checkpoint due by age may wait for the writer
+/// to pause (1: it does not wait).
+pub const CHECKPOINT_DEFER_FACTOR: u32 = 1;
+
 /// Default longest time redb goes without a durable checkpoint while a non-durable one is
-/// pending: 0, every checkpoint is durable. With a longer interval, checkpoints in between
-/// commit to redb without syncing and the log keeps every batch after the last durable one
-/// (what a restart after a crash replays); the durable one then writes and syncs everything
-/// since, and the log's syncs queue behind that (docs/storage.md, "Checkpoints").
-pub const DURABLE_CHECKPOINT_INTERVAL_MS: u64 = 0;
+/// pending. Checkpoints in between commit to redb without syncing; the log keeps every batch
+/// after the last durable one (what a restart after a crash replays). The durable one writes
+/// and syncs everything since, and the log's syncs queue behind that sync: the shorter the
+/// interval, the shorter the stall, but each sync costs a device cache flush
+/// (docs/storage.md, "Durable checkpoints").
+pub const DURABLE_CHECKPOINT_INTERVAL_MS: u64 = 250;
 
 /// Default bound on the memory held by committed batches not yet in redb; at it, the writer
 /// waits for the checkpointer before starting another batch.
@@ -259,11 +264,13 @@ pub struct StoreOptions {
     pub background_batch_ms_max: u64,
     /// Checkpoint once committed batches not yet in redb hold this many bytes (estimated).
     pub checkpoint_bytes: usize,
-    /// Checkpoint once the oldest committed batch not yet in redb is this old, in ms. With
-    /// non-durable checkpoints (`durable_checkpoint_interval_ms` > 0), only once the writer has
-    /// also paused for 50 ms (or this long, if shorter), and without a pause at five times this
-    /// age.
+    /// Checkpoint once the oldest committed batch not yet in redb is this old, in ms, and (see
+    /// `checkpoint_defer_factor`) the writer has paused.
     pub checkpoint_interval_ms: u64,
+    /// With a factor above 1, a checkpoint due by age waits for the writer to pause for 50 ms
+    /// (or `checkpoint_interval_ms`, if shorter), at most this many intervals of age: fewer,
+    /// larger checkpoints under continuous writes. 1: no waiting.
+    pub checkpoint_defer_factor: u32,
     /// Make a checkpoint durable once the oldest non-durable one is this old, in ms (0: every
     /// checkpoint is durable). Bounds how much log a restart after a crash replays.
     pub durable_checkpoint_interval_ms: u64,
@@ -286,6 +293,7 @@ impl Default for StoreOptions {
             background_batch_ms_max: BACKGROUND_BATCH_MS_MAX,
             checkpoint_bytes: CHECKPOINT_BYTES,
             checkpoint_interval_ms: CHECKPOINT_INTERVAL_MS,
+            checkpoint_defer_factor: CHECKPOINT_DEFER_FACTOR,
             durable_checkpoint_interval_ms: DURABLE_CHECKPOINT_INTERVAL_MS,
             layers_bytes_max: LAYERS_BYTES_MAX,
             wal_segment_bytes: WAL_SEGMENT_BYTES,

@@ -188,6 +188,11 @@ fn error_msg(sub: &str, e: &DbError) -> Value {
     json!({"type": "error", "sub": sub, "code": e.code(), "message": e.to_string()})
 }
 
+/// Commits read (and decoded) at once when the engine catches up or replays a resume: a
+/// backlog read whole (up to the retained million commits) held every one's decoded images at
+/// once.
+const CATCH_UP_COMMITS_MAX: u64 = 1024;
+
 fn reset_msg(sub: &str, reason: &str) -> Value {
     json!({"type": "reset", "sub": sub, "reason": reason})
 }
@@ -357,9 +362,11 @@ impl Engine {
         if from > to {
             return Ok(false);
         }
-        let Some(commits) = db.commits_between(from, to)? else {
+        // Whether the log reaches back (read in full below, a chunk at a time).
+        let Some(first) = db.commits_between(from, to.min(from + 1))? else {
             return Ok(false);
         };
+        drop(first);
         let docs = match Self::top_at(db, collection, query, Self::fetch_size(query), from) {
             Ok(d) => d,
             Err(DbError::Corrupt(m)) if m == LOG_GONE => return Ok(false),
@@ -371,11 +378,19 @@ impl Engine {
             Err(e) => return Err(e),
         };
         let mut view = LiveView::new(query.clone(), SLACK_DEFAULT, docs, from);
-        for c in commits {
-            let events = apply_commit(db, collection, &mut view, &c)?;
-            if !events.is_empty() && !sink.send(changes_msg(sub, c.seq, events)) {
-                return Ok(true);
+        let mut at = from;
+        while at < to {
+            let upto = to.min(at + CATCH_UP_COMMITS_MAX);
+            let Some(commits) = db.commits_between(at, upto)? else {
+                return Ok(false);
+            };
+            for c in commits {
+                let events = apply_commit(db, collection, &mut view, &c)?;
+                if !events.is_empty() && !sink.send(changes_msg(sub, c.seq, events)) {
+                    return Ok(true);
+                }
             }
+            at = upto;
         }
         Ok(true)
     }
@@ -455,29 +470,33 @@ impl Engine {
             return;
         }
         let db = self.shared.db.clone();
-        match db.commits_between(self.seq, last) {
-            Ok(Some(commits)) => {
-                for c in commits {
-                    self.process(&db, &c);
-                    self.seq = c.seq;
-                    self.shared.seq.store(c.seq, Ordering::Release);
-                }
+        while self.seq < last {
+            let upto = last.min(self.seq + CATCH_UP_COMMITS_MAX);
+            let Ok(Some(commits)) = db.commits_between(self.seq, upto) else {
+                self.fell_behind(&db, last);
+                return;
+            };
+            for c in commits {
+                self.process(&db, &c);
+                self.seq = c.seq;
+                self.shared.seq.store(c.seq, Ordering::Release);
             }
-            Ok(None) | Err(_) => {
-                // The engine fell behind the retained log (or the log is unreadable): every
-                // subscriber gets a reset and a fresh result at the newest seq.
-                let views = std::mem::take(&mut self.views);
-                self.free.clear();
-                self.by_key.clear();
-                self.matchers.clear();
-                self.seq = last;
-                self.shared.seq.store(last, Ordering::Release);
-                for v in views.into_iter().flatten() {
-                    for s in v.subs {
-                        if s.sink.send(json!({"type": "reset", "sub": s.sub, "reason": "the live-query engine fell behind the commit log"})) {
-                            self.attach(&db, s.sub, v.collection.clone(), v.live.query().clone(), v.key.clone(), s.sink, true);
-                        }
-                    }
+        }
+    }
+
+    /// The engine fell behind the retained log (or the log is unreadable): every subscriber
+    /// gets a reset and a fresh result at the newest seq.
+    fn fell_behind(&mut self, db: &Db, last: u64) {
+        let views = std::mem::take(&mut self.views);
+        self.free.clear();
+        self.by_key.clear();
+        self.matchers.clear();
+        self.seq = last;
+        self.shared.seq.store(last, Ordering::Release);
+        for v in views.into_iter().flatten() {
+            for s in v.subs {
+                if s.sink.send(json!({"type": "reset", "sub": s.sub, "reason": "the live-query engine fell behind the commit log"})) {
+                    self.attach(db, s.sub, v.collection.clone(), v.live.query().clone(), v.key.clone(), s.sink, true);
                 }
             }
         }
