@@ -87,6 +87,19 @@ fn subscribe(engine: &LiveEngine, qi: usize, sink: Arc<TestSink>, resume_from: O
         .unwrap();
 }
 
+fn open_db() -> (tempfile::TempDir, Db) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path(),
+        DbOptions {
+            durability: Durability::NoSync,
+            ..DbOptions::default()
+        },
+    )
+    .unwrap();
+    (dir, db)
+}
+
 #[test]
 fn subscribers_converge_on_the_pull_query_under_racing_writes() {
     let seeds: u64 = std::env::var("HERALD_LIVE_ENGINE_SEEDS")
@@ -94,15 +107,7 @@ fn subscribers_converge_on_the_pull_query_under_racing_writes() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(8);
     for seed in 0..seeds {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(
-            dir.path(),
-            DbOptions {
-                durability: Durability::NoSync,
-                ..DbOptions::default()
-            },
-        )
-        .unwrap();
+        let (_dir, db) = open_db();
         let engine = LiveEngine::start(db.clone());
         let mut rng = StdRng::seed_from_u64(seed);
         let mut sinks: Vec<(Arc<TestSink>, usize)> = Vec::new();
@@ -195,15 +200,7 @@ impl Sink for GateSink {
 
 #[test]
 fn a_subscription_made_while_the_engine_lags_far_behind_gets_the_newest_result() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(
-        dir.path(),
-        DbOptions {
-            durability: Durability::NoSync,
-            ..DbOptions::default()
-        },
-    )
-    .unwrap();
+    let (_dir, db) = open_db();
     let engine = LiveEngine::start(db.clone());
     let gate = Arc::new(GateSink {
         state: Mutex::new((0, false)),

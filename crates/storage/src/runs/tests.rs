@@ -24,14 +24,16 @@ fn meta(order: u64, level: u32) -> Arc<RunMeta> {
     })
 }
 
+/// Runs of these levels, oldest first.
+fn levels(ls: &[u32]) -> Vec<Arc<RunMeta>> {
+    ls.iter()
+        .enumerate()
+        .map(|(i, &l)| meta(i as u64, l))
+        .collect()
+}
+
 #[test]
 fn the_newest_runs_of_one_level_merge_once_there_are_enough() {
-    let levels = |ls: &[u32]| -> Vec<Arc<RunMeta>> {
-        ls.iter()
-            .enumerate()
-            .map(|(i, &l)| meta(i as u64, l))
-            .collect()
-    };
     let idle = |_: &RunMeta| false;
     assert_eq!(merge_plan(&[], idle), None);
     assert_eq!(merge_plan(&levels(&[0, 0, 0]), idle), None);
@@ -455,12 +457,6 @@ fn run_blocks_stay_within_the_block_size() {
 
 #[test]
 fn a_plan_below_a_level_takes_only_newer_runs() {
-    let levels = |ls: &[u32]| -> Vec<Arc<RunMeta>> {
-        ls.iter()
-            .enumerate()
-            .map(|(i, &l)| meta(i as u64, l))
-            .collect()
-    };
     let idle = |_: &RunMeta| false;
     let runs = levels(&[2, 2, 2, 2, 1, 1, 1, 1, 0, 0]);
     assert_eq!(merge_plan_below(&runs, idle, u32::MAX), Some(4..8));
