@@ -398,6 +398,16 @@ mod tests {
             .unwrap();
     }
 
+    /// Writes `i`'s bytes as key and value, and waits for the commit.
+    fn put_key(store: &Store, i: u32) {
+        let key = i.to_be_bytes().to_vec();
+        store
+            .submit(move |txn| txn.put(Table::Docs, key.clone(), key))
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+
     /// `/metrics` shows the log's bytes and each synced append and durable checkpoint: an
     /// on-disk store in fsync mode times one sync per batch, an in-memory store none.
     #[test]
@@ -405,12 +415,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
         for i in 0..20u32 {
-            let key = i.to_be_bytes().to_vec();
-            store
-                .submit(move |txn| txn.put(Table::Docs, key.clone(), key))
-                .unwrap()
-                .wait()
-                .unwrap();
+            put_key(&store, i);
         }
         store.checkpoint().unwrap();
         let m = store.metrics();
@@ -441,12 +446,7 @@ mod tests {
         let started = std::time::Instant::now();
         let mut i = 0u32;
         while started.elapsed() < std::time::Duration::from_millis(400) {
-            let key = i.to_be_bytes().to_vec();
-            store
-                .submit(move |txn| txn.put(Table::Docs, key.clone(), key))
-                .unwrap()
-                .wait()
-                .unwrap();
+            put_key(&store, i);
             i += 1;
             std::thread::sleep(std::time::Duration::from_millis(5));
         }

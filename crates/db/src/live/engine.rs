@@ -362,11 +362,6 @@ impl Engine {
         if from > to {
             return Ok(false);
         }
-        // Whether the log reaches back (read in full below, a chunk at a time).
-        let Some(first) = db.commits_between(from, to.min(from + 1))? else {
-            return Ok(false);
-        };
-        drop(first);
         let docs = match Self::top_at(db, collection, query, Self::fetch_size(query), from) {
             Ok(d) => d,
             Err(DbError::Corrupt(m)) if m == LOG_GONE => return Ok(false),
@@ -692,11 +687,6 @@ fn apply_commit(
 
 const LOG_GONE: &str = "the commit log no longer reaches back to the requested seq";
 
-/// The first `n` documents (unprojected, all when `None`) of the query's result at exactly
-/// `target`: read the newest snapshot with `Δ` extra documents, where `Δ` is the number of this
-/// collection's document changes committed after `target`, then undo those changes newest
-/// first with their before-images. Every document of the first `n` at `target` is either
-/// unchanged since (and then ranks at most `n + Δ` now) or restored by the undo.
 /// The first `n` documents (unprojected, all when `None`) of the query's result in the newest
 /// snapshot, and that snapshot's seq.
 fn top_now(
@@ -713,6 +703,11 @@ fn top_now(
     Ok((out.docs, out.seq))
 }
 
+/// The first `n` documents (unprojected, all when `None`) of the query's result at exactly
+/// `target`: read the newest snapshot with `Δ` extra documents, where `Δ` is the number of this
+/// collection's document changes committed after `target`, then undo those changes newest
+/// first with their before-images. Every document of the first `n` at `target` is either
+/// unchanged since (and then ranks at most `n + Δ` now) or restored by the undo.
 pub fn top_at(
     db: &Db,
     collection: &str,
