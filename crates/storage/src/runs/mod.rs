@@ -37,7 +37,7 @@ use redb::{ReadOnlyTable, ReadableTable, ReadableTableMetadata, WriteTransaction
 use crate::tables::{KeyBounds, RUN_BLOCKS, RUN_META, STATE, STATE_NEXT_RUN};
 use crate::StorageError;
 pub(crate) use block::RunMeta;
-use block::{corrupt, BlockCursor, BlockWriter, RunValue};
+use block::{corrupt, BlockCursor, BlockWriter, RunValue, BLOCK_BYTES};
 
 /// How many runs of one level are merged into one run of the next.
 pub(crate) const MERGE_WIDTH: usize = 4;
@@ -489,13 +489,21 @@ pub(crate) struct Merge {
 /// A merge writes its blocks in transactions of about this many bytes, so that checkpoints,
 /// which need redb's one write transaction, wait for at most one of them.
 const MERGE_CHUNK_BYTES: usize = 4 << 20;
+/// A merge deletes its inputs' blocks this many per transaction (unit tests: a few, so that
+/// they take several).
+const DELETE_CHUNK_BLOCKS: usize = if cfg!(test) {
+    3
+} else {
+    MERGE_CHUNK_BYTES / BLOCK_BYTES
+};
 
 /// Merges `inputs` (adjacent runs, oldest first, read through `blocks` of a read transaction
 /// that lists them) into one run of the next level and deletes them. The new run's blocks are
 /// written in transactions of [`MERGE_CHUNK_BYTES`] under a new file number that no metadata
-/// lists until the last transaction, which lists the run and deletes the inputs; a crash before
-/// that leaves unlisted blocks, which [`remove_orphans`] deletes on open. Deletes are dropped
-/// when `bottom` (no run is older than the inputs). None of these commits is durable by
+/// lists until the one that lists the run and unlists the inputs; a crash before that leaves
+/// unlisted blocks, which [`remove_orphans`] deletes on open. The inputs' blocks are deleted in
+/// transactions of their own after it (a crash in between leaves them unlisted too). Deletes
+/// are dropped when `bottom` (no run is older than the inputs). None of these commits is durable by
 /// itself: the next durable checkpoint makes them so, and until then a crash reopens with the
 /// inputs, which hold the same entries.
 pub(crate) fn merge(
@@ -559,14 +567,11 @@ pub(crate) fn merge(
     {
         let mut out = txn.open_table(RUN_BLOCKS)?;
         writer.store_blocks(&mut out)?;
-        // The inputs' blocks and metadata go; the merged run (if anything is left) takes the
-        // newest input's order.
+        // The inputs are unlisted and the merged run (if anything is left) takes the newest
+        // input's order; the inputs' blocks go in the transactions after this one.
         let mut meta = txn.open_table(RUN_META)?;
         for run in inputs {
             meta.remove(crate::tables::encode_u64(run.order).as_slice())?;
-            for block in 0..run.first_keys.len() {
-                out.remove(block_key(run.file, block).as_slice())?;
-            }
         }
         if let Some(run) = &merged {
             meta.insert(
@@ -576,6 +581,24 @@ pub(crate) fn merge(
         }
     }
     txn.commit()?;
+    // Unlisted blocks, deleted a chunk per transaction: removing a large merge's inputs (tens of
+    // thousands of blocks) in one transaction held redb's only write transaction, which every
+    // checkpoint needs, for as long. A crash before the last chunk leaves unlisted blocks,
+    // which `remove_orphans` deletes on open.
+    let blocks: Vec<[u8; 12]> = inputs
+        .iter()
+        .flat_map(|run| (0..run.first_keys.len()).map(|block| block_key(run.file, block)))
+        .collect();
+    for chunk in blocks.chunks(DELETE_CHUNK_BLOCKS) {
+        let txn = begin()?;
+        {
+            let mut out = txn.open_table(RUN_BLOCKS)?;
+            for key in chunk {
+                out.remove(key.as_slice())?;
+            }
+        }
+        txn.commit()?;
+    }
     Ok(Merge {
         entries_in,
         entries_out: merged.as_ref().map_or(0, |r| r.entries),
