@@ -14,6 +14,7 @@
 //! once. Only a durable checkpoint lets log segments go: after a crash redb reopens at its last
 //! durable checkpoint, and the log holds every batch after it.
 
+use std::collections::binary_heap::{BinaryHeap, PeekMut};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -275,39 +276,80 @@ fn start_writeback(file: &std::fs::File) {
 }
 
 /// The newest entry of each key `layers` (oldest first) hold in `table`, in key order: what a
-/// checkpoint writes. The keys are first copied into `arena`, newest layer first, and the stable
-/// sort keeps the first (newest) entry of each key. Sorting references to keys spread over the
-/// heap (one allocation each, in the layers' B-trees) missed the cache on nearly every
-/// comparison: copied, the sort merges keys that lie in order in memory, about three times faster
-/// for a checkpoint of 150,000 index entries (a third of the checkpointer's time before).
-fn newest_sorted<'a>(
-    layers: &'a [Arc<Layer>],
-    table: Table,
-    arena: &'a mut Vec<u8>,
-) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
-    if let [layer] = layers {
-        // One layer's keys are unique and in order already.
-        let map = layer.changes.table(table);
-        return map
-            .iter()
-            .map(|(k, v)| (k.as_slice(), v.as_deref()))
-            .collect();
-    }
-    arena.clear();
+/// checkpoint writes. A k-way merge of the layers' maps, which are sorted already: each key is
+/// read once, in order, and compared only with the other layers' current keys (a heap of one
+/// per layer), so a checkpoint of n entries in k layers costs about n log k comparisons of keys
+/// that are in the cache. Copying every key into one buffer and sorting it (before) cost n log n
+/// comparisons and, above all, faulting in fresh pages for that buffer at every checkpoint:
+/// 15% of the checkpointer's time at 20,000 events/s.
+fn newest_sorted(layers: &[Arc<Layer>], table: Table) -> Vec<(&[u8], Option<&[u8]>)> {
     let entries = layers.iter().map(|l| l.changes.table(table).len()).sum();
-    let mut spans: Vec<(usize, usize, Option<&'a [u8]>)> = Vec::with_capacity(entries);
-    for layer in layers.iter().rev() {
-        for (k, v) in layer.changes.table(table) {
-            spans.push((arena.len(), k.len(), v.as_deref()));
-            arena.extend_from_slice(k);
+    let mut out = Vec::with_capacity(entries);
+    let mut iters: Vec<_> = layers
+        .iter()
+        .map(|l| l.changes.table(table).iter())
+        .collect();
+    let mut heap = BinaryHeap::with_capacity(iters.len());
+    for (layer, iter) in iters.iter_mut().enumerate() {
+        if let Some((key, value)) = iter.next() {
+            heap.push(Head {
+                key,
+                value: value.as_deref(),
+                layer,
+            });
         }
     }
-    let arena: &'a Vec<u8> = arena;
-    let key = |&(at, len, _): &(usize, usize, Option<&'a [u8]>)| &arena[at..at + len];
-    spans.sort_by(|a, b| key(a).cmp(key(b)));
-    spans.dedup_by(|later, first| key(later) == key(first));
-    spans.into_iter().map(|s| (key(&s), s.2)).collect()
+    while let Some(mut top) = heap.peek_mut() {
+        let head = *top;
+        // Equal keys come newest layer first: the first one wins, the older ones are skipped.
+        if out
+            .last()
+            .is_none_or(|(key, _)| *key != head.key.as_slice())
+        {
+            out.push((head.key.as_slice(), head.value));
+        }
+        match iters[head.layer].next() {
+            Some((key, value)) => {
+                *top = Head {
+                    key,
+                    value: value.as_deref(),
+                    layer: head.layer,
+                }
+            }
+            None => drop(PeekMut::pop(top)),
+        }
+    }
+    out
 }
+
+/// One layer's current entry in [`newest_sorted`]'s merge. The heap's greatest is the smallest
+/// key and, among equal keys, the newest layer.
+#[derive(Clone, Copy)]
+struct Head<'a> {
+    key: &'a Vec<u8>,
+    value: Option<&'a [u8]>,
+    layer: usize,
+}
+
+impl Ord for Head<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.key.cmp(self.key).then(self.layer.cmp(&other.layer))
+    }
+}
+
+impl PartialOrd for Head<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Head<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Head<'_> {}
 
 /// The checkpointer thread: applies layers to redb and then drops them from the snapshot.
 pub(crate) struct Checkpointer {
@@ -581,9 +623,8 @@ impl Checkpointer {
         } else {
             txn.set_durability(redb::Durability::None)?;
         }
-        let mut arena = Vec::new();
         for table in Table::ALL {
-            let entries = newest_sorted(layers, table, &mut arena);
+            let entries = newest_sorted(layers, table);
             if entries.is_empty() {
                 continue;
             }
@@ -745,8 +786,7 @@ mod newest_tests {
                     model.insert(k.clone(), v.clone());
                 }
             }
-            let mut arena = Vec::new();
-            let got: Vec<(Vec<u8>, Option<Vec<u8>>)> = newest_sorted(&layers, Table::Index, &mut arena)
+            let got: Vec<(Vec<u8>, Option<Vec<u8>>)> = newest_sorted(&layers, Table::Index)
                 .into_iter()
                 .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
                 .collect();
