@@ -614,7 +614,12 @@ impl Checkpointer {
         durable: bool,
         wake: &[SyncSender<()>],
     ) -> Result<Base, StorageError> {
+        let waited = Instant::now();
         let mut txn = self.db.begin_write()?;
+        self.shared
+            .metrics
+            .checkpoint_wait_nanos
+            .fetch_add(nanos_since(waited), Relaxed);
         if durable {
             txn.set_durability(redb::Durability::Immediate)?;
             // Saves redb's allocator state with the commit, so that a crashed file reopens

@@ -188,6 +188,8 @@ pub(crate) struct Metrics {
     /// Time checkpoints spent committing their redb transactions (page writes, and the sync of
     /// durable ones).
     pub(crate) checkpoint_commit_nanos: AtomicU64,
+    /// Time checkpoints waited for redb's one write transaction (held by a merge's chunk).
+    pub(crate) checkpoint_wait_nanos: AtomicU64,
     /// Index runs listed after the last checkpoint, merges done, entries they read, and time.
     pub(crate) index_runs: AtomicU64,
     pub(crate) run_merges: AtomicU64,
@@ -228,6 +230,8 @@ pub struct MetricsSnapshot {
     pub checkpoint_nanos: [u64; TABLE_COUNT],
     /// Nanoseconds checkpoints spent committing their redb transactions.
     pub checkpoint_commit_nanos: u64,
+    /// Nanoseconds checkpoints waited for redb's write transaction, which merges take too.
+    pub checkpoint_wait_nanos: u64,
     /// Index runs the store holds (as of the last checkpoint).
     pub index_runs: u64,
     /// Merges of index runs done, the entries they read, and the nanoseconds they took
@@ -275,6 +279,7 @@ impl Metrics {
             checkpoint_entries: self.checkpoint_entries.each_ref().map(|a| a.load(Relaxed)),
             checkpoint_nanos: self.checkpoint_nanos.each_ref().map(|a| a.load(Relaxed)),
             checkpoint_commit_nanos: self.checkpoint_commit_nanos.load(Relaxed),
+            checkpoint_wait_nanos: self.checkpoint_wait_nanos.load(Relaxed),
             index_runs: self.index_runs.load(Relaxed),
             index_run_merges: self.run_merges.load(Relaxed),
             index_run_merge_entries: self.run_merge_entries.load(Relaxed),

@@ -161,6 +161,17 @@ fn render(db: &herald_db::Db) -> String {
         "herald_storage_checkpoint_commit_seconds_total {}",
         m.checkpoint_commit_nanos as f64 / 1e9
     );
+    family(
+        &mut out,
+        "herald_storage_checkpoint_wait_seconds_total",
+        "counter",
+        "Time checkpoints waited for redb's write transaction (which index-run merges take too).",
+    );
+    let _ = writeln!(
+        out,
+        "herald_storage_checkpoint_wait_seconds_total {}",
+        m.checkpoint_wait_nanos as f64 / 1e9
+    );
     m.log_sync.render(
         &mut out,
         "herald_storage_log_sync_seconds",

@@ -102,12 +102,32 @@ pub(crate) struct BlockWriter {
 impl BlockWriter {
     /// Appends an entry; keys must come in strictly increasing order within a run.
     pub(crate) fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
-        debug_assert!(self.entries == 0 || key > self.last_key.as_slice());
         let shared = if self.entries == 0 {
             0
         } else {
             common_prefix(key, &self.last_key)
         };
+        self.append(key, shared, value);
+    }
+
+    /// Appends an entry if the block is empty or the entry keeps it within [`BLOCK_BYTES`];
+    /// returns whether it did. [`would_overflow`](Self::would_overflow) and then
+    /// [`push`](Self::push) in one, with one comparison of the key with the last one.
+    pub(crate) fn push_if_fits(&mut self, key: &[u8], value: Option<&[u8]>) -> bool {
+        if self.entries == 0 {
+            self.append(key, 0, value);
+            return true;
+        }
+        let shared = common_prefix(key, &self.last_key);
+        if self.buf.len() + encoded_len(key.len(), shared, value) > BLOCK_BYTES {
+            return false;
+        }
+        self.append(key, shared, value);
+        true
+    }
+
+    fn append(&mut self, key: &[u8], shared: usize, value: Option<&[u8]>) {
+        debug_assert!(self.entries == 0 || key > self.last_key.as_slice());
         put_varint(&mut self.buf, shared as u64);
         put_varint(&mut self.buf, (key.len() - shared) as u64);
         self.buf.extend_from_slice(&key[shared..]);
@@ -124,17 +144,13 @@ impl BlockWriter {
     }
 
     /// Whether appending this entry would take a non-empty block over [`BLOCK_BYTES`].
+    #[cfg(test)]
     pub(crate) fn would_overflow(&self, key: &[u8], value: Option<&[u8]>) -> bool {
         if self.entries == 0 {
             return false;
         }
-        let unshared = key.len() - common_prefix(key, &self.last_key);
-        let value_len = value.map_or(0, |v| v.len() + varint_len(v.len() as u64 + 1));
-        let len = varint_len((key.len() - unshared) as u64)
-            + varint_len(unshared as u64)
-            + unshared
-            + value_len.max(1);
-        self.buf.len() + len > BLOCK_BYTES
+        let shared = common_prefix(key, &self.last_key);
+        self.buf.len() + encoded_len(key.len(), shared, value) > BLOCK_BYTES
     }
 
     /// The block's size so far.
@@ -148,11 +164,26 @@ impl BlockWriter {
     }
 
     /// The finished block's bytes; the writer starts a new block.
+    /// The finished block; the writer starts the next one with a buffer of a block's size
+    /// (grown from empty, it was reallocated a dozen times per block).
     pub(crate) fn take(&mut self) -> Vec<u8> {
         self.entries = 0;
         self.last_key.clear();
-        std::mem::take(&mut self.buf)
+        std::mem::replace(&mut self.buf, Vec::with_capacity(BLOCK_BYTES))
     }
+
+    /// The last key pushed, which the writer may take (it is forgotten by [`take`](Self::take)
+    /// anyway).
+    pub(crate) fn last_key_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.last_key
+    }
+}
+
+/// The bytes an entry takes in a block after a key sharing `shared` bytes with it.
+fn encoded_len(key_len: usize, shared: usize, value: Option<&[u8]>) -> usize {
+    let unshared = key_len - shared;
+    let value_len = value.map_or(0, |v| v.len() + varint_len(v.len() as u64 + 1));
+    varint_len(shared as u64) + varint_len(unshared as u64) + unshared + value_len.max(1)
 }
 
 /// Decodes a block's entries in order, one at a time, reusing one key buffer.
@@ -371,8 +402,8 @@ mod tests {
         }
     }
 
-    /// `would_overflow` predicts exactly whether an entry takes the block over `BLOCK_BYTES`
-    /// (an estimate that erred high would waste block space, one that erred low would make
+    /// `would_overflow` (and so `push_if_fits`) predicts exactly whether an entry takes the
+    /// block over `BLOCK_BYTES` (an estimate that erred high would waste block space, one that erred low would make
     /// blocks that spill into redb's next page size).
     #[test]
     fn would_overflow_is_exact() {
@@ -398,9 +429,21 @@ mod tests {
                 _ => Some(Vec::new()),
             };
             let predicted = w.would_overflow(&key, value.as_deref());
+            // `push_if_fits` refuses exactly those entries and leaves the block as it was.
+            let mut fits = BlockWriter {
+                buf: w.buf.clone(),
+                last_key: w.last_key.clone(),
+                entries: w.entries,
+            };
+            assert_eq!(fits.push_if_fits(&key, value.as_deref()), !predicted);
             let before = w.len();
             let was_empty = w.is_empty();
             w.push(&key, value.as_deref());
+            if predicted {
+                assert_eq!(fits.buf.len(), before);
+            } else {
+                assert_eq!(fits.buf, w.buf);
+            }
             assert_eq!(
                 predicted,
                 !was_empty && w.len() > BLOCK_BYTES,

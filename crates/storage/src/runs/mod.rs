@@ -344,19 +344,20 @@ impl RunWriter {
 
     /// Appends an entry; keys must strictly increase.
     pub(crate) fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
-        if self.block.would_overflow(key, value) {
-            self.close_block();
-        }
         if self.block.is_empty() {
             self.first_keys.push(key.to_vec());
         }
-        self.block.push(key, value);
+        if !self.block.push_if_fits(key, value) {
+            self.close_block();
+            self.first_keys.push(key.to_vec());
+            self.block.push(key, value);
+        }
         self.entries += 1;
-        self.last_key.clear();
-        self.last_key.extend_from_slice(key);
     }
 
     fn close_block(&mut self) {
+        // The run's last key so far is the block's: taken, not copied for every entry.
+        std::mem::swap(&mut self.last_key, self.block.last_key_mut());
         let data = self.block.take();
         self.bytes += data.len() as u64;
         self.pending_bytes += data.len();
