@@ -163,8 +163,7 @@ impl BlockWriter {
         self.entries == 0
     }
 
-    /// The finished block's bytes; the writer starts a new block.
-    /// The finished block; the writer starts the next one with a buffer of a block's size
+    /// The finished block's bytes; the writer starts the next one with a buffer of a block's size
     /// (grown from empty, it was reallocated a dozen times per block).
     pub(crate) fn take(&mut self) -> Vec<u8> {
         self.entries = 0;
@@ -403,8 +402,8 @@ mod tests {
     }
 
     /// `would_overflow` (and so `push_if_fits`) predicts exactly whether an entry takes the
-    /// block over `BLOCK_BYTES` (an estimate that erred high would waste block space, one that erred low would make
-    /// blocks that spill into redb's next page size).
+    /// block over `BLOCK_BYTES` (an estimate that erred high would waste block space, one that
+    /// erred low would make blocks that spill into redb's next page size).
     #[test]
     fn would_overflow_is_exact() {
         let mut w = BlockWriter::default();

@@ -14,9 +14,10 @@
 //!   same key, the one with the higher order is newer and wins; a delete entry hides older
 //!   runs' entries.
 //! - A run is listed (its metadata written) and its inputs unlisted in one redb write
-//!   transaction (a checkpoint, a merge's last one, recovery), so a crash leaves either the old
-//!   run set or the new one; a merge's blocks may be written earlier, in transactions of their
-//!   own, under a file number nothing lists (removed on open if a crash orphans them). A reader
+//!   transaction (a checkpoint, a merge's swap, recovery), so a crash leaves either the old
+//!   run set or the new one; a merge's blocks may be written earlier, and its inputs' blocks
+//!   deleted later, in transactions of their own, under file numbers nothing lists (removed on
+//!   open if a crash orphans them). A reader
 //!   holding a read transaction keeps seeing exactly the runs (and blocks) of its transaction.
 //! - A merged run takes the order of the newest run it replaces, so it sits exactly where its
 //!   inputs sat relative to every other run. Deletes are dropped only when a merge includes the
@@ -504,9 +505,9 @@ const DELETE_CHUNK_BLOCKS: usize = if cfg!(test) {
 /// lists until the one that lists the run and unlists the inputs; a crash before that leaves
 /// unlisted blocks, which [`remove_orphans`] deletes on open. The inputs' blocks are deleted in
 /// transactions of their own after it (a crash in between leaves them unlisted too). Deletes
-/// are dropped when `bottom` (no run is older than the inputs). None of these commits is durable by
-/// itself: the next durable checkpoint makes them so, and until then a crash reopens with the
-/// inputs, which hold the same entries.
+/// are dropped when `bottom` (no run is older than the inputs). None of these commits is
+/// durable by itself: the next durable checkpoint makes them so, and until then a crash reopens
+/// with the inputs, which hold the same entries.
 pub(crate) fn merge(
     db: &redb::Database,
     blocks: &RawTable,
