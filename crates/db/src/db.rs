@@ -7,7 +7,8 @@ use crate::error::DbError;
 use crate::exec::{execute, Examined};
 use crate::indexer::{composite_index_name, entries, field_index_name, STRING_KEY_BYTES_MAX};
 use crate::layout::{
-    collection_prefix, decode_doc, doc_key, index_prefix, log_key, META_CATALOG, META_SEQ,
+    collection_prefix, decode_doc, doc_key, index_entry_id, index_prefix, index_value, log_key,
+    META_CATALOG, META_SEQ,
 };
 use crate::mutations::{self, check_mutation_id, MutationRetention};
 use crate::names::{check_collection, check_segment};
@@ -650,7 +651,7 @@ impl Db {
                         let e = entries(&coll, id, &doc, Some(&cc), cat.key_string_limit())?;
                         for k in e.keys {
                             if pfx.iter().any(|p| k.starts_with(p)) {
-                                txn.put(Table::Index, k, id.as_bytes().to_vec())?;
+                                txn.put(Table::Index, k, index_value(id))?;
                             }
                         }
                         paths.array_paths.extend(e.array_paths);
@@ -714,9 +715,8 @@ impl Db {
                     let cat = inner.catalog.read().expect("catalog lock").clone();
                     let mut cc = cat.collection(&coll).cloned().unwrap_or_default();
                     cc.building_fields.clear();
-                    for (key, id) in &batch {
-                        let id = std::str::from_utf8(id)
-                            .map_err(|_| DbError::Corrupt("index entry id".into()))?;
+                    for (key, value) in &batch {
+                        let id = index_entry_id(key, value)?;
                         let current = match txn.get(Table::Docs, &doc_key(&coll, id))? {
                             Some(raw) => {
                                 let (_, doc) = decode_doc(&raw)?;
@@ -888,6 +888,36 @@ mod tests {
             db.inner.catalog.read().unwrap().key_string_limit(),
             STRING_KEY_BYTES_MAX
         );
+        db.close().unwrap();
+    }
+
+    /// Index entries store the length of the id their key ends with, not the id again, and
+    /// give the id back.
+    #[test]
+    fn index_entries_hold_the_id_length_not_the_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), DbOptions::default()).unwrap();
+        db.commit(vec![Write::Put {
+            collection: "c".into(),
+            id: "doc-1".into(),
+            doc: json!({"_id": "doc-1", "a": 1, "t": ["x", "y"]}),
+            if_version: None,
+        }])
+        .unwrap();
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = db
+            .inner
+            .store
+            .read()
+            .unwrap()
+            .prefix(Table::Index, &collection_prefix("c"))
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
+        assert_eq!(entries.len(), 3, "a, and t's two elements");
+        for (key, value) in &entries {
+            assert_eq!(value, &index_value("doc-1"));
+            assert_eq!(index_entry_id(key, value).unwrap(), "doc-1");
+        }
         db.close().unwrap();
     }
 

@@ -4,7 +4,7 @@
 //! given, and no query returns more than [`QUERY_DOCS_MAX`] documents.
 
 use crate::error::DbError;
-use crate::layout::{collection_prefix, decode_doc, doc_key};
+use crate::layout::{collection_prefix, decode_doc, doc_key, index_entry_id};
 use crate::planner::Plan;
 use herald_query::{Direction, Query};
 use herald_storage::{ReadTxn, Table};
@@ -85,12 +85,9 @@ fn candidates(
         Plan::Index { ranges, .. } => {
             for (start, end) in ranges {
                 for entry in read.range(Table::Index, start.as_slice()..end.as_slice())? {
-                    let (_, id) = entry?;
+                    let (key, value) = entry?;
                     ex.keys += 1;
-                    ids.insert(
-                        String::from_utf8(id)
-                            .map_err(|_| DbError::Corrupt("index entry id".into()))?,
-                    );
+                    ids.insert(index_entry_id(&key, &value)?.to_string());
                 }
             }
         }
@@ -137,9 +134,9 @@ fn ordered(
         Box::new(iter)
     };
     for entry in entries {
-        let (key, id) = entry?;
+        let (key, value) = entry?;
         ex.keys += 1;
-        let id = String::from_utf8(id).map_err(|_| DbError::Corrupt("index entry id".into()))?;
+        let id = index_entry_id(&key, &value)?.to_string();
         let value = &key[..key.len() - id.len()];
         if !desc {
             run.push(id);

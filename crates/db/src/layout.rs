@@ -2,9 +2,10 @@
 //! storage tables. The only place that knows the byte formats.
 //!
 //! - `docs`:  `collection 0x00 id` -> `version (u64 BE) ++ document JSON`
-//! - `index`: `collection 0x00 index-name 0x00 encoded-values ++ id` -> `id`
+//! - `index`: `collection 0x00 index-name 0x00 encoded-values ++ id` -> `0xFF ++ len(id)`
 //!   (encoded values use `herald_value::encode_key`, prefix-free and order-preserving, so a
-//!   range over one index returns documents in value order, ties in id order)
+//!   range over one index returns documents in value order, ties in id order; the value says
+//!   how long the key's id is, see [`index_value`]; entries written before it hold the id)
 //! - `log`:   `seq (u64 BE)` -> commit record JSON
 //! - `meta`:  `seq` -> last committed seq; `catalog` -> index catalog JSON; `mutation/...` ->
 //!   the client mutation ids of recent commits (their format lives in `mutations.rs`)
@@ -84,6 +85,59 @@ pub fn index_key(prefix: &[u8], encoded: &[u8], id: &str) -> Vec<u8> {
     k
 }
 
+/// The first byte of an index entry's value in the current format. UTF-8 never starts a
+/// character with it, so an older entry, whose value is the id itself, cannot start with it.
+const INDEX_VALUE_TAG: u8 = 0xFF;
+
+/// The value of the index entry of document `id`: the length of the id the key ends with
+/// (LEB128 after [`INDEX_VALUE_TAG`]), two or three bytes. It was the id itself, which the key
+/// already holds: ~30 copies of it per RockBench event in the log, the layers and the runs.
+pub fn index_value(id: &str) -> Vec<u8> {
+    let mut v = Vec::with_capacity(4);
+    v.push(INDEX_VALUE_TAG);
+    let mut n = id.len();
+    loop {
+        let byte = (n & 0x7F) as u8;
+        n >>= 7;
+        if n == 0 {
+            v.push(byte);
+            return v;
+        }
+        v.push(byte | 0x80);
+    }
+}
+
+/// The document id of an index entry, from its key and value (either format).
+pub fn index_entry_id<'a>(key: &'a [u8], value: &'a [u8]) -> Result<&'a str, DbError> {
+    let corrupt = || DbError::Corrupt("index entry id".into());
+    let id = match value.split_first() {
+        Some((&INDEX_VALUE_TAG, mut rest)) => {
+            let mut len = 0usize;
+            let mut shift = 0;
+            loop {
+                let (&byte, tail) = rest.split_first().ok_or_else(corrupt)?;
+                rest = tail;
+                len |= usize::from(byte & 0x7F)
+                    .checked_shl(shift)
+                    .ok_or_else(corrupt)?;
+                if byte & 0x80 == 0 {
+                    break;
+                }
+                shift += 7;
+                if shift > 28 {
+                    return Err(corrupt());
+                }
+            }
+            if !rest.is_empty() || len > key.len() {
+                return Err(corrupt());
+            }
+            &key[key.len() - len..]
+        }
+        _ => value,
+    };
+    std::str::from_utf8(id).map_err(|_| corrupt())
+}
+
 /// The smallest key strictly greater than every key starting with `prefix`.
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
@@ -115,5 +169,50 @@ mod tests {
         assert!(!doc_key("a/b/c", "x").starts_with(&collection_prefix("a")));
         assert_eq!(prefix_end(b"ab"), b"ac".to_vec());
         assert_eq!(prefix_end(&[1, 0xFF]), vec![2]);
+    }
+}
+
+#[cfg(test)]
+mod index_value_tests {
+    use super::{index_entry_id, index_key, index_prefix, index_value};
+
+    #[test]
+    fn an_index_entry_gives_back_its_id_in_either_format() {
+        let prefix = index_prefix("c", "f:a");
+        for id in [
+            "",
+            "x",
+            "g0-123456",
+            "é",
+            &"i".repeat(127),
+            &"j".repeat(128),
+            &"k".repeat(20_000),
+        ] {
+            let key = index_key(&prefix, b"\x05value\x00", id);
+            let value = index_value(id);
+            assert!(value.len() <= 4, "{}", value.len());
+            assert_eq!(index_entry_id(&key, &value).unwrap(), id);
+            // Entries written before the length format hold the id itself.
+            if !id.is_empty() {
+                assert_eq!(index_entry_id(&key, id.as_bytes()).unwrap(), id);
+            }
+        }
+    }
+
+    #[test]
+    fn a_damaged_index_value_is_an_error_not_a_panic() {
+        let key = index_key(&index_prefix("c", "f:a"), b"v", "abc");
+        for value in [
+            &[0xFF][..],                                 // no length
+            &[0xFF, 0x80],                               // length cut short
+            &[0xFF, 50],                                 // longer than the key
+            &[0xFF, 3, 0],                               // bytes after the length
+            &[0xFF, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01], // overlong
+        ] {
+            assert!(index_entry_id(&key, value).is_err(), "{value:?}");
+        }
+        // An id cut inside a UTF-8 character.
+        let key = index_key(&index_prefix("c", "f:a"), b"v", "é");
+        assert!(index_entry_id(&key, &[0xFF, 1]).is_err());
     }
 }

@@ -10,7 +10,9 @@
 use crate::catalog::{Catalog, CollectionCatalog};
 use crate::error::DbError;
 use crate::indexer::entries;
-use crate::layout::{decode_doc, doc_key, encode_doc, log_key, META_CATALOG, META_SEQ};
+use crate::layout::{
+    decode_doc, doc_key, encode_doc, index_value, log_key, META_CATALOG, META_SEQ,
+};
 use crate::names::{check_collection, check_segment, generate_id};
 use crate::triggers::{enqueue, Registry};
 use herald_query::{Filter, Update};
@@ -500,7 +502,7 @@ pub(crate) fn apply(
             // The new keys move into the batch (no copy); keys both images have stay put.
             for k in std::mem::take(&mut new.keys) {
                 if !old.contains(&k) {
-                    txn.put(Table::Index, k, id.as_bytes().to_vec())?;
+                    txn.put(Table::Index, k, index_value(id))?;
                 }
             }
             let known = |set: fn(&CollectionCatalog) -> &BTreeSet<String>, p: &String| {

@@ -588,7 +588,12 @@ mod tests {
                 .unwrap()
                 .map(|e| e.unwrap())
                 .take_while(|(k, _)| k.starts_with(&prefix))
-                .map(|(_, v)| v)
+                .map(|(k, v)| {
+                    crate::layout::index_entry_id(&k, &v)
+                        .unwrap()
+                        .as_bytes()
+                        .to_vec()
+                })
                 .collect();
             ids.contains(&id.as_bytes().to_vec())
         };
