@@ -121,9 +121,10 @@ pub(crate) fn sorted_newest(
     mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 ) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     // Stable: equal keys stay oldest first, so the last of each run is the newest.
-    writes.sort_by(|a, b| a.0.cmp(&b.0));
+    let order = crate::keysort::key_order(&writes.iter().map(|w| &w.0).collect::<Vec<_>>());
     let mut out: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(writes.len());
-    for w in writes {
+    for i in order {
+        let w = std::mem::take(&mut writes[i]);
         match out.last_mut() {
             Some(last) if last.0 == w.0 => *last = w,
             _ => out.push(w),

@@ -169,6 +169,7 @@
 mod checkpoint;
 mod error;
 mod histogram;
+mod keysort;
 mod layer;
 mod merge;
 mod read;
