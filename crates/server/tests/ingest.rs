@@ -291,6 +291,15 @@ fn check_rockbench(v: &Value) {
     );
     assert!(r["achieved_per_sec"].as_f64().unwrap() > 0.0);
     assert!(r["peak_rss_kib"].as_u64().unwrap() > 0);
+    // The server's CPU over the run: it parsed and stored events, so some, and no more than
+    // the machine has.
+    let cpu = &r["cpu"];
+    let cores = cpu["server_cores"].as_f64().unwrap();
+    let machine = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    assert!(cores > 0.0 && cores <= machine + 0.5, "{cpu}");
+    let per_event = cpu["server_cpu_ms_per_event"].as_f64().unwrap();
+    assert!(per_event > 0.0 && per_event.is_finite(), "{cpu}");
+    assert!(cpu["wall_secs"].as_f64().unwrap() >= v["options"]["secs"].as_f64().unwrap());
     let series = r["latency"].as_array().unwrap();
     sane(&series[0]["overall"], "pull");
     sane(&series[1]["overall"], "live");

@@ -13,7 +13,7 @@ pub mod rockbench;
 pub mod stream;
 
 use crate::bench_live::chart::Chart;
-use crate::bench_live::server::ServerProc;
+use crate::bench_live::server::{cpu_between, sample, CpuUse, ServerProc};
 use crate::bench_live::Durability;
 use serde_json::Value;
 use std::future::Future;
@@ -30,23 +30,78 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// What the server used during a run: its peak resident set and its CPU (`utime + stime`
+/// from /proc, per thread role) over the run's wall time.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerUsage {
+    /// Peak resident set size in KiB (`VmHWM`), read just before the server is killed.
+    pub peak_rss_kib: Option<u64>,
+    /// CPU in percent of one core over `secs`: the server by thread role, and this process.
+    pub cpu: CpuUse,
+    /// The wall time the CPU figures cover (the whole measurement, setup included).
+    pub secs: f64,
+}
+
+impl ServerUsage {
+    /// The server's CPU milliseconds per event (seconds per 1,000) over `events` (`None` without
+    /// events): what a change that saves CPU moves, with far less run-to-run noise than latency
+    /// once the machine is saturated.
+    pub fn server_cpu_ms_per_event(&self, events: u64) -> Option<f64> {
+        (events > 0).then(|| self.cpu.server / 100.0 * self.secs * 1000.0 / events as f64)
+    }
+
+    pub fn to_json(&self, events: u64) -> Value {
+        serde_json::json!({
+            "wall_secs": self.secs,
+            "server_cores": self.cpu.server / 100.0,
+            "server_writer_cores": self.cpu.writer / 100.0,
+            "server_runtime_cores": self.cpu.runtime / 100.0,
+            "server_live_engine_cores": self.cpu.engine / 100.0,
+            "bench_process_cores": self.cpu.client / 100.0,
+            "other_cores": self.cpu.others / 100.0,
+            "server_cpu_ms_per_event": self.server_cpu_ms_per_event(events),
+        })
+    }
+
+    /// One line for the summary.
+    pub fn text(&self, events: u64) -> String {
+        let c = &self.cpu;
+        format!(
+            "server CPU {:.2} cores (storage writer {:.2}, tokio {:.2}, live engine {:.2}), {} ms per event; this process {:.2} cores, the rest of the machine {:.2}",
+            c.server / 100.0,
+            c.writer / 100.0,
+            c.runtime / 100.0,
+            c.engine / 100.0,
+            self.server_cpu_ms_per_event(events)
+                .map_or("-".into(), |ms| format!("{ms:.3}")),
+            c.client / 100.0,
+            c.others / 100.0,
+        )
+    }
+}
+
 /// Runs `measure` against a fresh `herald serve` child (with `--cache-mib cache_mib` when
-/// given); returns its result and the server's peak RSS in KiB, read just before the server is
-/// killed.
+/// given); returns its result and what the server used.
 pub async fn with_server<T, F, Fut>(
     durability: Durability,
     cache_mib: Option<u64>,
     measure: F,
-) -> Result<(T, Option<u64>), String>
+) -> Result<(T, ServerUsage), String>
 where
     F: FnOnce(SocketAddr) -> Fut,
     Fut: Future<Output = Result<T, String>>,
 {
     let server = ServerProc::start_with(durability, cache_mib).await?;
+    let before = sample(Some(server.pid));
     let r = measure(server.addr).await;
-    let rss = peak_rss_kib(server.pid);
+    let after = sample(Some(server.pid));
+    let usage = ServerUsage {
+        peak_rss_kib: peak_rss_kib(server.pid),
+        cpu: cpu_between(&before, &after),
+        secs: after.at.duration_since(before.at).as_secs_f64(),
+    };
     server.kill();
-    Ok((r?, rss))
+    Ok((r?, usage))
 }
 
 /// A rate that changes in equal segments: `shape` is percent of `rate` per segment (e.g.

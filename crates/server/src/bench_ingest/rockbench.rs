@@ -16,7 +16,7 @@
 
 use super::client::{self, Acks, Via, Writer, BATCH_WRITES_MAX};
 use super::record::{Recorder, Summary};
-use super::{with_server, Output, Schedule};
+use super::{with_server, Output, Schedule, ServerUsage};
 use crate::bench_live::report::thousands;
 use crate::bench_live::search::CapacitySearch;
 use crate::bench_live::{durability_name, Durability};
@@ -309,6 +309,8 @@ pub struct RunResult {
     pub counted: u64,
     pub achieved: f64,
     pub peak_rss_kib: Option<u64>,
+    /// What the server used, CPU included (`None` until the run is over).
+    pub usage: Option<ServerUsage>,
     pub event_bytes: f64,
     /// Target rate per interval.
     pub targets: Vec<f64>,
@@ -348,6 +350,7 @@ impl RunResult {
             "failed": self.failed, "counted": self.counted, "achieved_per_sec": self.achieved,
             "peak_rss_kib": self.peak_rss_kib, "mean_event_bytes": self.event_bytes,
             "live_resumes": self.live_resumes,
+            "cpu": self.usage.map(|u| u.to_json(self.applied)),
             "target_per_interval": self.targets,
             "latency": self.recorder.to_json(),
             "pass_100ms": self.failure(100.0).is_none(), "pass_1s": self.failure(1000.0).is_none(),
@@ -372,11 +375,12 @@ fn mean_event_bytes(opts: &RockOptions) -> f64 {
 
 /// One run at `rate` on a fresh server.
 pub async fn run_once(opts: &RockOptions, rate: u64, progress: bool) -> Result<RunResult, String> {
-    let (mut r, rss) = with_server(opts.durability, opts.cache_mib, |addr| {
+    let (mut r, usage) = with_server(opts.durability, opts.cache_mib, |addr| {
         measure(opts, rate, addr, progress)
     })
     .await?;
-    r.peak_rss_kib = rss;
+    r.peak_rss_kib = usage.peak_rss_kib;
+    r.usage = Some(usage);
     Ok(r)
 }
 
@@ -499,6 +503,7 @@ async fn measure(
         counted,
         achieved: applied as f64 / elapsed.max(1e-3),
         peak_rss_kib: None,
+        usage: None,
         event_bytes: mean_event_bytes(opts),
         targets,
         live_resumes: resumes.load(Ordering::Relaxed),
@@ -577,6 +582,9 @@ fn print_table(r: &RunResult, acked_known: bool) {
             .map_or("unknown".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0)),
         r.live_resumes
     );
+    if let Some(u) = &r.usage {
+        println!("{}", u.text(r.applied));
+    }
     println!(
         "pull query round trip: {}",
         r.recorder.overall(QUERY).text()

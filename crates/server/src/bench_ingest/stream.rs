@@ -382,11 +382,11 @@ async fn subscribe_all(
 
 /// Every pattern on a fresh server with `subscribers` live subscriptions.
 async fn run_once(opts: &StreamOptions, subscribers: u32) -> Result<RunResult, String> {
-    let (mut r, rss) = with_server(opts.durability, opts.cache_mib, |addr| {
+    let (mut r, usage) = with_server(opts.durability, opts.cache_mib, |addr| {
         measure(opts, subscribers, addr)
     })
     .await?;
-    r.peak_rss_kib = rss;
+    r.peak_rss_kib = usage.peak_rss_kib;
     Ok(r)
 }
 

@@ -90,7 +90,7 @@ impl ServerProc {
 
 /// CPU time counters (clock ticks) at one instant.
 pub struct CpuSample {
-    at: Instant,
+    pub(crate) at: Instant,
     /// Server threads by role: `engine`, `writer`, `runtime`, `other`; and `total`.
     server: HashMap<&'static str, u64>,
     client: u64,
