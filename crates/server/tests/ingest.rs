@@ -397,6 +397,7 @@ fn stream_runs_every_pattern_with_and_without_subscribers() {
         assert_eq!(ps[2]["tuples"], 1500, "as many reads as documents");
         assert_eq!(ps[3]["tuples"], 1500, "every document read once");
         assert!(r["peak_rss_kib"].as_u64().unwrap() > 0);
+        assert!(r["cpu"]["server_cores"].as_f64().unwrap() > 0.0, "{r}");
     }
     assert!(
         runs[1]["notifications"].as_u64().unwrap() > 0,

@@ -24,7 +24,7 @@
 
 use super::client::{self, Acks, Via, Writer, BATCH_WRITES_MAX};
 use super::record::{Recorder, Summary};
-use super::{with_server, Output};
+use super::{with_server, Output, ServerUsage};
 use crate::bench_live::report::thousands;
 use crate::bench_live::{durability_name, Durability};
 use rand::rngs::StdRng;
@@ -132,6 +132,8 @@ pub struct RunResult {
     pub patterns: Vec<PatternResult>,
     pub notifications: u64,
     pub peak_rss_kib: Option<u64>,
+    /// What the server used over the run, all patterns together.
+    pub usage: Option<ServerUsage>,
     pub recorder: Recorder,
 }
 
@@ -387,6 +389,7 @@ async fn run_once(opts: &StreamOptions, subscribers: u32) -> Result<RunResult, S
     })
     .await?;
     r.peak_rss_kib = usage.peak_rss_kib;
+    r.usage = Some(usage);
     Ok(r)
 }
 
@@ -443,6 +446,7 @@ async fn measure(
         patterns,
         notifications: notifications.load(Ordering::Relaxed),
         peak_rss_kib: None,
+        usage: None,
         recorder: ctx.recorder,
     })
 }
@@ -526,6 +530,9 @@ pub async fn run(opts: StreamOptions) -> Result<(), String> {
                 k as f64 / 1024.0
             ))
         );
+        if let Some(u) = &r.usage {
+            println!("{}", u.text(0));
+        }
         let sub = format!(
             "herald bench stream, {} live subscribers, via {}, durability {}",
             r.subscribers,
@@ -547,6 +554,8 @@ pub async fn run(opts: StreamOptions) -> Result<(), String> {
         json_runs.push(json!({
             "subscribers": r.subscribers, "notifications": r.notifications,
             "peak_rss_kib": r.peak_rss_kib,
+            // Over every pattern of the run: no single per-tuple figure.
+            "cpu": r.usage.map(|u| u.to_json(0)),
             "patterns": r.patterns.iter().map(PatternResult::to_json).collect::<Vec<_>>(),
             "latency": r.recorder.to_json(),
             "charts": {"latency_over_time": t, "distribution": d},
