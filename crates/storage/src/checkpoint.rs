@@ -635,9 +635,14 @@ impl Checkpointer {
             }
             let started = Instant::now();
             let count = entries.len() as u64;
-            if table == Table::Index {
-                // One new run instead of a B-tree insert per entry (`runs.rs`).
-                runs::append(&txn, entries, 0)?;
+            if matches!(table, Table::Index | Table::Log) {
+                if table == Table::Index {
+                    // One new run instead of a B-tree insert per entry (`runs.rs`).
+                    runs::append(&txn, entries, 0)?;
+                } else {
+                    // Appended as blocks, not one B-tree insert per record (`logblocks.rs`).
+                    crate::logblocks::append(&txn, entries)?;
+                }
                 let m = &self.shared.metrics;
                 m.checkpoint_entries[table.index()].fetch_add(count, Relaxed);
                 m.checkpoint_nanos[table.index()].fetch_add(nanos_since(started), Relaxed);

@@ -15,6 +15,7 @@ use redb::{ReadOnlyTable, ReadableDatabase, ReadableTableMetadata};
 
 use std::ops::Bound;
 
+use crate::logblocks::LogBase;
 use crate::merge::{BaseRange, Merged, Source};
 use crate::runs::{self, RunCache, RunMeta, RunRange};
 use crate::tables::{self, KeyBounds, Table, RUN_BLOCKS, RUN_META, TABLE_COUNT};
@@ -389,6 +390,8 @@ pub(crate) struct Base {
     /// The index runs of this transaction, oldest first, and the table of their blocks.
     pub(crate) runs: Vec<Arc<RunMeta>>,
     pub(crate) run_blocks: RawTable,
+    /// The commit log's blocks and floor (`logblocks.rs`).
+    pub(crate) log: LogBase,
     _txn: redb::ReadTransaction,
 }
 
@@ -401,10 +404,12 @@ impl Base {
             .collect::<Result<Vec<_>, _>>()?;
         let runs = cache.load(&txn.open_table(RUN_META)?)?;
         let run_blocks = txn.open_table(RUN_BLOCKS)?;
+        let log = LogBase::open(&txn)?;
         Ok(Base {
             tables,
             runs,
             run_blocks,
+            log,
             _txn: txn,
         })
     }
@@ -483,6 +488,9 @@ impl Snapshot {
                 return Ok(found);
             }
         }
+        if table == Table::Log {
+            return self.base.log.get(key);
+        }
         let found = self.base.table(table).get(key)?;
         Ok(found.map(|guard| guard.value().to_vec()))
     }
@@ -498,9 +506,13 @@ impl Snapshot {
         if tables::is_empty_range(&bounds) {
             return Ok(Merged::empty());
         }
-        let mut sources = vec![Source::Redb(BaseRange::new(
-            self.base.table(table).range::<&[u8]>(bounds)?,
-        ))];
+        let mut sources = if table == Table::Log {
+            vec![Source::Log(self.base.log.range(bounds)?)]
+        } else {
+            vec![Source::Redb(BaseRange::new(
+                self.base.table(table).range::<&[u8]>(bounds)?,
+            ))]
+        };
         if table == Table::Index {
             let blocks = &self.base.run_blocks;
             sources.extend(self.base.runs.iter().filter_map(|run| {
@@ -520,9 +532,10 @@ impl Snapshot {
 
     /// The number of entries in `table`: redb's count (constant time) corrected by every key
     /// the layers mention, which costs one redb lookup per such key.
-    /// Index runs have no count: for [`Table::Index`] this scans the whole table.
+    /// Index runs and log blocks have no count: for [`Table::Index`] and [`Table::Log`] this
+    /// scans the whole table.
     pub(crate) fn len(&self, table: Table) -> Result<u64, StorageError> {
-        if table == Table::Index {
+        if matches!(table, Table::Index | Table::Log) {
             let all = self.merged(table, (Bound::Unbounded, Bound::Unbounded), &[])?;
             let mut all = crate::ReadRange::from_merged(all);
             return all.try_fold(0, |n, entry| entry.map(|_| n + 1));

@@ -171,6 +171,7 @@ mod error;
 mod histogram;
 mod keysort;
 mod layer;
+mod logblocks;
 mod merge;
 mod read;
 mod runs;

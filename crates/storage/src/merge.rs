@@ -13,6 +13,7 @@ use std::collections::btree_map;
 use std::ops::Bound;
 
 use crate::layer::TableMap;
+use crate::logblocks::LogRange;
 use crate::read::Entry;
 use crate::runs::RunRange;
 use crate::tables::{self, KeyBounds};
@@ -40,10 +41,12 @@ enum Level<'a> {
     Open(Ends<MapRange<'a>>),
 }
 
-/// One stored level: redb's entries or one index run's (which may hold deletes).
+/// One stored level: redb's entries, one index run's (which may hold deletes), or the commit
+/// log's blocks.
 pub(crate) enum Source<'a> {
     Redb(BaseRange<'a>),
     Run(RunRange<'a>),
+    Log(LogRange<'a>),
 }
 
 type SourceItem = Result<(Vec<u8>, Option<Vec<u8>>), StorageError>;
@@ -55,6 +58,7 @@ impl Iterator for Source<'_> {
         match self {
             Source::Redb(range) => range.next().map(|item| item.map(|(k, v)| (k, Some(v)))),
             Source::Run(range) => range.next(),
+            Source::Log(range) => range.next(),
         }
     }
 }
@@ -66,6 +70,7 @@ impl DoubleEndedIterator for Source<'_> {
                 .next_back()
                 .map(|item| item.map(|(k, v)| (k, Some(v)))),
             Source::Run(range) => range.next_back(),
+            Source::Log(range) => range.next_back(),
         }
     }
 }

@@ -56,6 +56,7 @@ impl Store {
         create_tables(&db)?;
         // Before the log's replay, which writes index runs newer than what the B-tree holds.
         crate::runs::upgrade_index_table(&db)?;
+        crate::logblocks::upgrade_log_table(&db)?;
         crate::runs::remove_orphans(&db)?;
         let last_batch = wal::recover(&db, dir)?;
         let segments = Segments::new(dir);
@@ -334,6 +335,8 @@ fn create_tables(db: &redb::Database) -> Result<(), StorageError> {
     }
     txn.open_table(RUN_BLOCKS)?;
     txn.open_table(RUN_META)?;
+    txn.open_table(crate::logblocks::LOG_BLOCKS)?;
+    txn.open_table(crate::logblocks::LOG_FLOOR)?;
     {
         let mut state = txn.open_table(STATE)?;
         let found = state.get(STATE_FORMAT)?.map(|g| g.value());
@@ -562,6 +565,72 @@ mod upgrade_tests {
             0
         );
         assert_eq!(txn.open_table(RUN_META).unwrap().len().unwrap(), 2);
+        let format = txn
+            .open_table(STATE)
+            .unwrap()
+            .get(STATE_FORMAT)
+            .unwrap()
+            .unwrap()
+            .value();
+        assert_eq!(format, FORMAT_VERSION);
+    }
+
+    /// A format-3 store kept the commit log in the `log` B-tree: opening it moves the records
+    /// into blocks (readable as before, the B-tree left empty), and new records follow them.
+    #[test]
+    fn a_format_three_store_has_its_log_moved_into_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        Store::open(dir.path(), StoreOptions::default())
+            .unwrap()
+            .close()
+            .unwrap();
+        let key = |n: u64| n.to_be_bytes().to_vec();
+        {
+            let db = redb::Database::create(dir.path().join(FILE_NAME)).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut log = txn.open_table(Table::Log.definition()).unwrap();
+                for n in 1..=300u64 {
+                    log.insert(key(n).as_slice(), format!("record {n}").as_bytes())
+                        .unwrap();
+                }
+                txn.open_table(STATE)
+                    .unwrap()
+                    .insert(STATE_FORMAT, 3)
+                    .unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        assert_eq!(
+            store.read().unwrap().get(Table::Log, &key(42)).unwrap(),
+            Some(b"record 42".to_vec())
+        );
+        store
+            .submit(move |txn| {
+                txn.put(Table::Log, key(301), b"record 301".to_vec())?;
+                txn.delete(Table::Log, key(1));
+                Ok::<_, StorageError>(())
+            })
+            .unwrap()
+            .wait()
+            .unwrap();
+        store.checkpoint().unwrap();
+        let read = store.read().unwrap();
+        let records: Vec<_> = read
+            .range::<&[u8]>(Table::Log, ..)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
+        assert_eq!(records.len(), 300);
+        assert_eq!(records[0], (key(2), b"record 2".to_vec()));
+        assert_eq!(records[299], (key(301), b"record 301".to_vec()));
+        drop(read);
+        store.close().unwrap();
+        let db = redb::Database::create(dir.path().join(FILE_NAME)).unwrap();
+        let txn = db.begin_read().unwrap();
+        let old = txn.open_table(Table::Log.definition()).unwrap();
+        assert_eq!(old.len().unwrap(), 0);
         let format = txn
             .open_table(STATE)
             .unwrap()

@@ -86,14 +86,15 @@ pub(crate) const STATE_NEXT_RUN: &str = "next_run";
 /// build that knows it.
 pub(crate) const STATE_FORMAT: &str = "format";
 
-/// The format this build writes and reads: 3 = redb plus a write-ahead log that may hold
-/// acknowledged batches not yet in redb, with the `index` table's entries in index runs (its
-/// B-tree stays empty). Format 2 kept index entries in the B-tree; opening one moves them into
-/// a run. (Format 1, redb alone with every batch a redb
+/// The format this build writes and reads: 4 = redb plus a write-ahead log that may hold
+/// acknowledged batches not yet in redb, with the `index` table's entries in index runs and the
+/// `log` table's in log blocks (both B-trees stay empty). Format 3 kept the log's records in
+/// the B-tree, format 2 the index entries too; opening either moves them out (`logblocks.rs`,
+/// `runs::upgrade_index_table`). (Format 1, redb alone with every batch a redb
 /// transaction, had no marker; a store without one is format 1 and is upgraded in place,
 /// which is safe because format 1 never leaves a log behind.) A build refuses a store whose
 /// format is newer than it knows, so it can never ignore a log it does not understand.
-pub const FORMAT_VERSION: u64 = 3;
+pub const FORMAT_VERSION: u64 = 4;
 
 /// A key range with borrowed bounds, the form both redb and `BTreeMap` accept.
 pub(crate) type KeyBounds<'k> = (Bound<&'k [u8]>, Bound<&'k [u8]>);

@@ -251,6 +251,7 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
     }
     let mut last = checkpointed;
     let mut index = crate::layer::TableMap::new();
+    let mut log = crate::layer::TableMap::new();
     let mut txn = db.begin_write()?;
     txn.set_quick_repair(true);
     {
@@ -277,6 +278,11 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
                             // Into one run after the replay (index entries are not B-tree
                             // entries any more); newer batches overwrite older ones here.
                             index.insert(key.to_vec(), value.map(<[u8]>::to_vec));
+                            return Ok(());
+                        }
+                        if table == Table::Log {
+                            // Into the log's blocks after the replay, likewise.
+                            log.insert(key.to_vec(), value.map(<[u8]>::to_vec));
                             return Ok(());
                         }
                         let raw = &mut tables[table.index()];
@@ -317,6 +323,7 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
         index.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
         0,
     )?;
+    crate::logblocks::append(&txn, log.iter().map(|(k, v)| (k.as_slice(), v.as_deref())))?;
     txn.commit()?;
     for path in &segments {
         fs::remove_file(path)?;
