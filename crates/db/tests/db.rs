@@ -274,6 +274,27 @@ fn records_that_age_out_are_pruned_after_commits_that_skipped_the_scan() {
     assert_eq!(db.log_range(0, 100).unwrap().len(), 6);
 }
 
+/// Once the log holds its retention count, each commit deletes the oldest record without
+/// reading the next one (a lower bound of its commit time says it is young enough); when that
+/// bound ages out, the records are read again and every one too old goes.
+#[test]
+fn count_pruning_without_reads_still_prunes_by_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_retaining(dir.path(), 5, Duration::from_millis(300));
+    for i in 0..50 {
+        db.commit(vec![put("c", "a", json!({"i": i}))]).unwrap();
+    }
+    assert_eq!(db.log_first().unwrap(), Some(46), "the count holds");
+    std::thread::sleep(Duration::from_millis(400));
+    db.commit(vec![put("c", "a", json!({"i": 50}))]).unwrap();
+    assert_eq!(
+        db.log_first().unwrap(),
+        Some(51),
+        "the aged records are gone"
+    );
+    assert_eq!(db.log_range(0, 100).unwrap().len(), 1);
+}
+
 /// The live feed's reader is woken by each committed batch (the writer announces it once per
 /// batch), not only by its timeout.
 #[test]
