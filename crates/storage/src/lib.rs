@@ -24,9 +24,10 @@
 //! layer over it, not a page store. The file holds the tables of [`Table`]: `docs`, `index`,
 //! `log`, `meta` and `tasks`, plus the crate's own `storage_state` (the number of the last
 //! checkpointed batch). The `index` table's entries are kept as sorted runs of compressed
-//! blocks in two more redb tables, not as B-tree entries (`runs/`). In each table, keys and values are byte strings and keys sort in byte
-//! order, so the database layer's order-preserving key codec turns range scans into query
-//! order. redb takes an exclusive lock on the file: a second `Store` on the same directory
+//! blocks in two more redb tables, not as B-tree entries (`runs/`), and the `log` table's as
+//! blocks appended in key order with a floor below which keys are deleted (`logblocks.rs`).
+//! In each table, keys and values are byte strings and keys sort in byte order, so the
+//! database layer's order-preserving key codec turns range scans into query order. redb takes an exclusive lock on the file: a second `Store` on the same directory
 //! fails with [`StorageError::Locked`] (which also protects the log).
 //!
 //! # Writes: the group-commit loop
