@@ -27,8 +27,9 @@
 //! blocks in two more redb tables, not as B-tree entries (`runs/`), and the `log` table's as
 //! blocks appended in key order with a floor below which keys are deleted (`logblocks.rs`).
 //! In each table, keys and values are byte strings and keys sort in byte order, so the
-//! database layer's order-preserving key codec turns range scans into query order. redb takes an exclusive lock on the file: a second `Store` on the same directory
-//! fails with [`StorageError::Locked`] (which also protects the log).
+//! database layer's order-preserving key codec turns range scans into query order. redb takes
+//! an exclusive lock on the file: a second `Store` on the same directory fails with
+//! [`StorageError::Locked`] (which also protects the log).
 //!
 //! # Writes: the group-commit loop
 //!
