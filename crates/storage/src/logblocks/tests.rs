@@ -276,3 +276,45 @@ fn a_store_reads_its_log_through_layers_blocks_and_a_reopen() {
     check(&store, 201, 300);
     store.close().unwrap();
 }
+
+/// A damaged block is an error for the reads that reach it, never a panic or a silent gap.
+#[test]
+fn a_damaged_block_is_an_error_not_a_panic() {
+    let db = memory_db();
+    let txn = db.begin_write().unwrap();
+    append(
+        &txn,
+        (1..=3u64)
+            .map(|n| (key(n), value(n, 100)))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(|(k, v)| (k.as_slice(), Some(v.as_slice()))),
+    )
+    .unwrap();
+    {
+        // The block's last entry claims more bytes than it holds.
+        let mut blocks = txn.open_table(LOG_BLOCKS).unwrap();
+        let mut block = blocks
+            .get(key(1).as_slice())
+            .unwrap()
+            .unwrap()
+            .value()
+            .to_vec();
+        let len = block.len();
+        block[len - 104..len - 100].copy_from_slice(&1000u32.to_le_bytes());
+        blocks.insert(key(1).as_slice(), block.as_slice()).unwrap();
+    }
+    txn.commit().unwrap();
+    let read = db.begin_read().unwrap();
+    let base = LogBase::open(&read).unwrap();
+    assert_eq!(base.get(&key(1)).unwrap(), Some(value(1, 100)));
+    assert!(matches!(base.get(&key(3)), Err(StorageError::Corrupted(_))));
+    let all: Vec<_> = base
+        .range((Bound::Unbounded, Bound::Unbounded))
+        .unwrap()
+        .collect();
+    assert!(all.iter().any(Result::is_err), "{all:?}");
+    // Appending after it fails too (its last key cannot be read), rather than guessing.
+    let txn = db.begin_write().unwrap();
+    assert!(append(&txn, [(key(4).as_slice(), Some(b"x".as_slice()))]).is_err());
+}
