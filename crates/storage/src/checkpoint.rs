@@ -635,27 +635,21 @@ impl Checkpointer {
             }
             let started = Instant::now();
             let count = entries.len() as u64;
-            if matches!(table, Table::Index | Table::Log) {
-                if table == Table::Index {
-                    // One new run instead of a B-tree insert per entry (`runs.rs`).
-                    runs::append(&txn, entries, 0)?;
-                } else {
-                    // Appended as blocks, not one B-tree insert per record (`logblocks.rs`).
-                    crate::logblocks::append(&txn, entries)?;
-                }
-                let m = &self.shared.metrics;
-                m.checkpoint_entries[table.index()].fetch_add(count, Relaxed);
-                m.checkpoint_nanos[table.index()].fetch_add(nanos_since(started), Relaxed);
-                continue;
-            }
-            let mut raw = txn.open_table(table.definition())?;
-            for (key, value) in entries {
-                match value {
-                    Some(value) => drop(raw.insert(key, value)?),
-                    None => drop(raw.remove(key)?),
+            match table {
+                // One new run instead of a B-tree insert per entry (`runs.rs`).
+                Table::Index => drop(runs::append(&txn, entries, 0)?),
+                // Appended as blocks, not one B-tree insert per record (`logblocks.rs`).
+                Table::Log => crate::logblocks::append(&txn, entries)?,
+                _ => {
+                    let mut raw = txn.open_table(table.definition())?;
+                    for (key, value) in entries {
+                        match value {
+                            Some(value) => drop(raw.insert(key, value)?),
+                            None => drop(raw.remove(key)?),
+                        }
+                    }
                 }
             }
-            drop(raw);
             let m = &self.shared.metrics;
             m.checkpoint_entries[table.index()].fetch_add(count, Relaxed);
             m.checkpoint_nanos[table.index()].fetch_add(nanos_since(started), Relaxed);

@@ -189,27 +189,22 @@ pub(crate) fn upgrade_log_table(db: &redb::Database) -> Result<(), StorageError>
         // Chunks keep the memory bounded; each chunk's keys sort after the previous one's.
         let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let mut bytes = 0;
+        let flush = |chunk: &mut Vec<(Vec<u8>, Vec<u8>)>| {
+            let entries = chunk
+                .iter()
+                .map(|(k, v)| (k.as_slice(), Some(v.as_slice())));
+            append(&txn, entries).map(|()| chunk.clear())
+        };
         for item in old.iter()? {
             let (k, v) = item?;
             bytes += k.value().len() + v.value().len();
             chunk.push((k.value().to_vec(), v.value().to_vec()));
             if bytes >= 64 << 20 {
-                append(
-                    &txn,
-                    chunk
-                        .iter()
-                        .map(|(k, v)| (k.as_slice(), Some(v.as_slice()))),
-                )?;
-                chunk.clear();
+                flush(&mut chunk)?;
                 bytes = 0;
             }
         }
-        append(
-            &txn,
-            chunk
-                .iter()
-                .map(|(k, v)| (k.as_slice(), Some(v.as_slice()))),
-        )?;
+        flush(&mut chunk)?;
     }
     txn.delete_table(def)?;
     txn.open_table(def)?;

@@ -500,33 +500,44 @@ mod upgrade_tests {
     use super::*;
     use redb::{ReadableDatabase, ReadableTableMetadata};
 
+    /// A closed store whose `table` B-tree holds `count` entries (`entry(i)` for i in 0..count)
+    /// and whose format marker says `format`, as an older build left it.
+    fn store_of_format(
+        dir: &std::path::Path,
+        format: u64,
+        table: Table,
+        count: usize,
+        entry: impl Fn(usize) -> (Vec<u8>, Vec<u8>),
+    ) {
+        Store::open(dir, StoreOptions::default())
+            .unwrap()
+            .close()
+            .unwrap();
+        let db = redb::Database::create(dir.join(FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut raw = txn.open_table(table.definition()).unwrap();
+            for i in 0..count {
+                let (k, v) = entry(i);
+                raw.insert(k.as_slice(), v.as_slice()).unwrap();
+            }
+            txn.open_table(STATE)
+                .unwrap()
+                .insert(STATE_FORMAT, format)
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+
     /// A format-2 store kept index entries in the `index` B-tree: opening it moves them into a
     /// run (readable as before, the B-tree left empty), and writes after that shadow them.
     #[test]
     fn a_format_two_store_has_its_index_entries_moved_into_a_run() {
         let dir = tempfile::tempdir().unwrap();
-        Store::open(dir.path(), StoreOptions::default())
-            .unwrap()
-            .close()
-            .unwrap();
-        {
-            let db = redb::Database::create(dir.path().join(FILE_NAME)).unwrap();
-            let txn = db.begin_write().unwrap();
-            {
-                let mut index = txn.open_table(Table::Index.definition()).unwrap();
-                for i in 0..500u32 {
-                    let key = format!("idx{i:04}");
-                    index
-                        .insert(key.as_bytes(), i.to_be_bytes().as_slice())
-                        .unwrap();
-                }
-                txn.open_table(STATE)
-                    .unwrap()
-                    .insert(STATE_FORMAT, 2)
-                    .unwrap();
-            }
-            txn.commit().unwrap();
-        }
+        store_of_format(dir.path(), 2, Table::Index, 500, |i| {
+            let i = i as u32;
+            (format!("idx{i:04}").into_bytes(), i.to_be_bytes().to_vec())
+        });
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
         let read = store.read().unwrap();
         assert_eq!(read.len(Table::Index).unwrap(), 500);
@@ -580,27 +591,11 @@ mod upgrade_tests {
     #[test]
     fn a_format_three_store_has_its_log_moved_into_blocks() {
         let dir = tempfile::tempdir().unwrap();
-        Store::open(dir.path(), StoreOptions::default())
-            .unwrap()
-            .close()
-            .unwrap();
         let key = |n: u64| n.to_be_bytes().to_vec();
-        {
-            let db = redb::Database::create(dir.path().join(FILE_NAME)).unwrap();
-            let txn = db.begin_write().unwrap();
-            {
-                let mut log = txn.open_table(Table::Log.definition()).unwrap();
-                for n in 1..=300u64 {
-                    log.insert(key(n).as_slice(), format!("record {n}").as_bytes())
-                        .unwrap();
-                }
-                txn.open_table(STATE)
-                    .unwrap()
-                    .insert(STATE_FORMAT, 3)
-                    .unwrap();
-            }
-            txn.commit().unwrap();
-        }
+        store_of_format(dir.path(), 3, Table::Log, 300, |i| {
+            let n = i as u64 + 1;
+            (key(n), format!("record {n}").into_bytes())
+        });
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
         assert_eq!(
             store.read().unwrap().get(Table::Log, &key(42)).unwrap(),
