@@ -210,7 +210,12 @@ async fn resume_delivers_exactly_the_missed_changes_even_after_a_restart() {
         json!({"op": "subscribe", "sub": "t", "collection": "c", "resumeFrom": 999_999}),
     )
     .await;
-    assert_eq!(next(&mut ws).await["type"], "reset");
+    let reset = next(&mut ws).await;
+    assert_eq!(reset["type"], "reset");
+    assert!(
+        reset["reason"].as_str().unwrap().contains("unknown here"),
+        "{reset}"
+    );
     let fresh = next(&mut ws).await;
     assert_eq!(
         (fresh["type"].as_str(), ids(&fresh["docs"])),
@@ -250,6 +255,10 @@ async fn resuming_after_more_changes_than_a_query_may_return_resets() {
     send(&mut ws, resume).await;
     let reset = next(&mut ws).await;
     assert_eq!(reset["type"], "reset", "{reset}");
+    assert!(
+        reset["reason"].as_str().unwrap().contains("QUERY_DOCS_MAX"),
+        "{reset}"
+    );
     let fresh = next(&mut ws).await;
     assert_eq!(
         (fresh["type"].as_str(), ids(&fresh["docs"])),
@@ -374,5 +383,54 @@ async fn a_slow_consumer_is_disconnected_not_buffered() {
     }
     let reason = closed.expect("the server closed the connection");
     assert!(reason.contains("slow consumer"), "{reason}");
+    s.stop().await;
+}
+
+/// Resuming from a seq the commit log has pruned (and the in-memory feed no longer holds) gets a
+/// reset that says so, then a fresh result that is live.
+#[tokio::test]
+async fn resuming_past_the_retained_log_resets_and_says_why() {
+    let s = Server::start_with(herald_db::DbOptions {
+        log_retention_count: 5,
+        ..common::nosync()
+    })
+    .await;
+    let mut ws = connect(&s).await;
+    let sub = json!({"op": "subscribe", "sub": "s", "collection": "c"});
+    send(&mut ws, sub.clone()).await;
+    let init = next(&mut ws).await;
+    assert_eq!(init["type"], "initial");
+    let seen = init["seq"].as_u64().unwrap();
+    drop(ws);
+    // More commits than the feed's ring holds, so the resume must read the (pruned) log.
+    let n = herald_db::live::FEED_RING_MAX + 100;
+    let mut body = String::new();
+    for i in 0..n {
+        body.push_str(
+            &json!({"op": "put", "collection": "c", "id": format!("d{i}"), "doc": {"n": i}})
+                .to_string(),
+        );
+        body.push('\n');
+    }
+    assert_eq!(s.json_raw_bulk(&body).await["applied"], n);
+    let mut ws = connect(&s).await;
+    let mut resume = sub.clone();
+    resume["resumeFrom"] = json!(seen);
+    send(&mut ws, resume).await;
+    let reset = next(&mut ws).await;
+    assert_eq!(reset["type"], "reset", "{reset}");
+    assert!(
+        reset["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no longer reaches back"),
+        "{reset}"
+    );
+    let fresh = next(&mut ws).await;
+    assert_eq!(fresh["type"], "initial", "{fresh}");
+    assert_eq!(fresh["docs"].as_array().unwrap().len(), n);
+    s.put("c/late", json!({"n": -1})).await;
+    let m = next(&mut ws).await;
+    assert_eq!(m["type"], "changes", "{m}");
     s.stop().await;
 }

@@ -326,9 +326,11 @@ impl Engine {
         let db = self.shared.db.clone();
         if let Some(r) = resume_from.filter(|r| *r != seq) {
             match self.replay(&db, &collection, &query, r, seq, &sub, &*sink) {
-                Ok(true) => {}
-                Ok(false) => {
-                    if !sink.send(json!({"type": "reset", "sub": sub, "reason": format!("cannot resume from seq {r}: the commit log no longer reaches back (or the seq is unknown); here is a fresh result")})) {
+                Ok(Replayed::Done) => {}
+                Ok(Replayed::Gap(why)) => {
+                    let reason =
+                        format!("cannot resume from seq {r}: {why}; here is a fresh result");
+                    if !sink.send(json!({"type": "reset", "sub": sub, "reason": reason})) {
                         return;
                     }
                     self.attach(&db, sub, collection, query, key, sink, true);
@@ -347,7 +349,7 @@ impl Engine {
     }
 
     /// Sends the commits after `from` up to `to` as change batches for a private
-    /// copy of the view. `Ok(false)` when that history is not available.
+    /// copy of the view. [`Replayed::Gap`] when that history is not available, and why.
     #[allow(clippy::too_many_arguments)]
     fn replay(
         &self,
@@ -358,18 +360,20 @@ impl Engine {
         to: u64,
         sub: &str,
         sink: &dyn Sink,
-    ) -> Result<bool, DbError> {
+    ) -> Result<Replayed, DbError> {
         if from > to {
-            return Ok(false);
+            return Ok(Replayed::Gap(GAP_UNKNOWN));
         }
         let docs = match Self::top_at(db, collection, query, Self::fetch_size(query), from) {
             Ok(d) => d,
-            Err(DbError::Corrupt(m)) if m == LOG_GONE => return Ok(false),
+            Err(DbError::Corrupt(m)) if m == LOG_GONE => return Ok(Replayed::Gap(GAP_LOG)),
             // The result as of `from` is rebuilt from today's by undoing every change since;
             // past `QUERY_DOCS_MAX` of them that query is refused. A fresh result (a reset) is
             // then what the subscriber gets, as when the log no longer reaches back; replaying
             // that many changes would cost it more than a new result anyway.
-            Err(DbError::LimitExceeded(_)) if query.limit.is_some() => return Ok(false),
+            Err(DbError::LimitExceeded(_)) if query.limit.is_some() => {
+                return Ok(Replayed::Gap(GAP_TOO_MANY))
+            }
             Err(e) => return Err(e),
         };
         let mut view = LiveView::new(query.clone(), SLACK_DEFAULT, docs, from);
@@ -377,17 +381,17 @@ impl Engine {
         while at < to {
             let upto = to.min(at + CATCH_UP_COMMITS_MAX);
             let Some(commits) = db.commits_between(at, upto)? else {
-                return Ok(false);
+                return Ok(Replayed::Gap(GAP_LOG));
             };
             for c in commits {
                 let events = apply_commit(db, collection, &mut view, &c)?;
                 if !events.is_empty() && !sink.send(changes_msg(sub, c.seq, events)) {
-                    return Ok(true);
+                    return Ok(Replayed::Done);
                 }
             }
             at = upto;
         }
-        Ok(true)
+        Ok(Replayed::Done)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -686,6 +690,19 @@ fn apply_commit(
 }
 
 const LOG_GONE: &str = "the commit log no longer reaches back to the requested seq";
+
+/// How a resume's replay ended.
+enum Replayed {
+    /// Every missed commit was sent (or the subscriber went away).
+    Done,
+    /// The history could not be replayed, for this reason (a `reset` follows).
+    Gap(&'static str),
+}
+
+const GAP_UNKNOWN: &str = "that seq is unknown here (ahead of the live-query engine)";
+const GAP_LOG: &str = "the commit log no longer reaches back to it";
+const GAP_TOO_MANY: &str = "more changes to the collection followed it than a query may \
+     undo to rebuild the result as of it (QUERY_DOCS_MAX)";
 
 /// The first `n` documents (unprojected, all when `None`) of the query's result in the newest
 /// snapshot, and that snapshot's seq.
