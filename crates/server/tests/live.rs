@@ -240,20 +240,7 @@ async fn resuming_after_more_changes_than_a_query_may_return_resets() {
     let seen = init["seq"].as_u64().unwrap();
     drop(ws);
     let n = herald_db::QUERY_DOCS_MAX + 10;
-    let mut body = String::new();
-    for i in 0..n {
-        body.push_str(
-            &json!({"op": "put", "collection": "c", "id": format!("d{i}"), "doc": {"n": i}})
-                .to_string(),
-        );
-        body.push('\n');
-    }
-    assert_eq!(s.json_raw_bulk(&body).await["applied"], n);
-    let mut ws = connect(&s).await;
-    let mut resume = sub.clone();
-    resume["resumeFrom"] = json!(seen);
-    send(&mut ws, resume).await;
-    let reset = next(&mut ws).await;
+    let (mut ws, reset) = put_then_resume(&s, n, &sub, seen).await;
     assert_eq!(reset["type"], "reset", "{reset}");
     assert!(
         reset["reason"].as_str().unwrap().contains("QUERY_DOCS_MAX"),
@@ -404,20 +391,7 @@ async fn resuming_past_the_retained_log_resets_and_says_why() {
     drop(ws);
     // More commits than the feed's ring holds, so the resume must read the (pruned) log.
     let n = herald_db::live::FEED_RING_MAX + 100;
-    let mut body = String::new();
-    for i in 0..n {
-        body.push_str(
-            &json!({"op": "put", "collection": "c", "id": format!("d{i}"), "doc": {"n": i}})
-                .to_string(),
-        );
-        body.push('\n');
-    }
-    assert_eq!(s.json_raw_bulk(&body).await["applied"], n);
-    let mut ws = connect(&s).await;
-    let mut resume = sub.clone();
-    resume["resumeFrom"] = json!(seen);
-    send(&mut ws, resume).await;
-    let reset = next(&mut ws).await;
+    let (mut ws, reset) = put_then_resume(&s, n, &sub, seen).await;
     assert_eq!(reset["type"], "reset", "{reset}");
     assert!(
         reset["reason"]
@@ -433,4 +407,24 @@ async fn resuming_past_the_retained_log_resets_and_says_why() {
     let m = next(&mut ws).await;
     assert_eq!(m["type"], "changes", "{m}");
     s.stop().await;
+}
+
+/// Puts `n` documents `d0..` into `c` (one commit each, through `/v1/bulk`), then reconnects and
+/// resumes `sub` from `seen`; returns the connection and the first message it gets.
+async fn put_then_resume(s: &Server, n: usize, sub: &Value, seen: u64) -> (common::ws::Ws, Value) {
+    let mut body = String::new();
+    for i in 0..n {
+        body.push_str(
+            &json!({"op": "put", "collection": "c", "id": format!("d{i}"), "doc": {"n": i}})
+                .to_string(),
+        );
+        body.push('\n');
+    }
+    assert_eq!(s.json_raw_bulk(&body).await["applied"], n);
+    let mut ws = connect(s).await;
+    let mut resume = sub.clone();
+    resume["resumeFrom"] = json!(seen);
+    send(&mut ws, resume).await;
+    let first = next(&mut ws).await;
+    (ws, first)
 }
