@@ -635,21 +635,7 @@ impl Checkpointer {
             }
             let started = Instant::now();
             let count = entries.len() as u64;
-            match table {
-                // One new run instead of a B-tree insert per entry (`runs.rs`).
-                Table::Index => drop(runs::append(&txn, entries, 0)?),
-                // Appended as blocks, not one B-tree insert per record (`logblocks.rs`).
-                Table::Log => crate::logblocks::append(&txn, entries)?,
-                _ => {
-                    let mut raw = txn.open_table(table.definition())?;
-                    for (key, value) in entries {
-                        match value {
-                            Some(value) => drop(raw.insert(key, value)?),
-                            None => drop(raw.remove(key)?),
-                        }
-                    }
-                }
-            }
+            crate::placement::write_sorted(&txn, table, entries)?;
             let m = &self.shared.metrics;
             m.checkpoint_entries[table.index()].fetch_add(count, Relaxed);
             m.checkpoint_nanos[table.index()].fetch_add(nanos_since(started), Relaxed);

@@ -17,6 +17,7 @@ use std::ops::Bound;
 
 use crate::logblocks::LogBase;
 use crate::merge::{BaseRange, Merged, Source};
+use crate::placement::{placement, Placement};
 use crate::runs::{self, RunCache, RunMeta, RunRange};
 use crate::tables::{self, KeyBounds, Table, RUN_BLOCKS, RUN_META, TABLE_COUNT};
 use crate::StorageError;
@@ -483,13 +484,14 @@ impl Snapshot {
                 }
             }
         }
-        if table == Table::Index {
-            if let Some(found) = runs::get(&self.base.run_blocks, &self.base.runs, key)? {
-                return Ok(found);
+        match placement(table) {
+            Placement::Runs => {
+                if let Some(found) = runs::get(&self.base.run_blocks, &self.base.runs, key)? {
+                    return Ok(found);
+                }
             }
-        }
-        if table == Table::Log {
-            return self.base.log.get(key);
+            Placement::Blocks => return self.base.log.get(key),
+            Placement::Tree => {}
         }
         let found = self.base.table(table).get(key)?;
         Ok(found.map(|guard| guard.value().to_vec()))
@@ -506,14 +508,15 @@ impl Snapshot {
         if tables::is_empty_range(&bounds) {
             return Ok(Merged::empty());
         }
-        let mut sources = if table == Table::Log {
+        let place = placement(table);
+        let mut sources = if place == Placement::Blocks {
             vec![Source::Log(self.base.log.range(bounds)?)]
         } else {
             vec![Source::Redb(BaseRange::new(
                 self.base.table(table).range::<&[u8]>(bounds)?,
             ))]
         };
-        if table == Table::Index {
+        if place == Placement::Runs {
             let blocks = &self.base.run_blocks;
             sources.extend(self.base.runs.iter().filter_map(|run| {
                 let range = RunRange::new(blocks, run.clone(), bounds);
@@ -532,10 +535,10 @@ impl Snapshot {
 
     /// The number of entries in `table`: redb's count (constant time) corrected by every key
     /// the layers mention, which costs one redb lookup per such key.
-    /// Index runs and log blocks have no count: for [`Table::Index`] and [`Table::Log`] this
-    /// scans the whole table.
+    /// Index runs and log blocks have no count: for a table stored there this scans the whole
+    /// table.
     pub(crate) fn len(&self, table: Table) -> Result<u64, StorageError> {
-        if matches!(table, Table::Index | Table::Log) {
+        if placement(table) != Placement::Tree {
             let all = self.merged(table, (Bound::Unbounded, Bound::Unbounded), &[])?;
             let mut all = crate::ReadRange::from_merged(all);
             return all.try_fold(0, |n, entry| entry.map(|_| n + 1));

@@ -175,6 +175,7 @@ mod keysort;
 mod layer;
 mod logblocks;
 mod merge;
+mod placement;
 mod read;
 mod runs;
 mod store;

@@ -66,7 +66,8 @@ use std::time::Instant;
 
 use redb::ReadableDatabase;
 
-use crate::layer::{Changes, Layer};
+use crate::layer::{Changes, Layer, TableMap};
+use crate::placement::write_sorted;
 use crate::tables::{Table, STATE, STATE_CHECKPOINT, TABLE_COUNT};
 use crate::writer::Metrics;
 use crate::StorageError;
@@ -250,80 +251,59 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
         return Ok(checkpointed);
     }
     let mut last = checkpointed;
-    let mut index = crate::layer::TableMap::new();
-    let mut log = crate::layer::TableMap::new();
+    // The newest entry of each key, per table: written like a checkpoint's, after the replay.
+    let mut changes: [TableMap; TABLE_COUNT] = Default::default();
+    for path in &segments {
+        let data = fs::read(path)?;
+        let mut off = 0;
+        while off < data.len() {
+            let Some(record) = parse(&data, off) else {
+                // Not an intact record: skip to the next place one could start.
+                off = next_magic(&data, off + 1);
+                continue;
+            };
+            off = record.end;
+            if record.batch <= checkpointed {
+                continue;
+            }
+            if record.batch == last + 1 {
+                decode(record.body, |table, key, value| {
+                    // Newer batches overwrite older ones here.
+                    changes[table.index()].insert(key.to_vec(), value.map(<[u8]>::to_vec));
+                    Ok(())
+                })?;
+                last = record.batch;
+            } else if record.batch <= last {
+                return Err(StorageError::Corrupted(format!(
+                    "WAL batch {} appears twice in {}",
+                    record.batch,
+                    path.display()
+                )));
+            } else if record.synced > last {
+                return Err(StorageError::Corrupted(format!(
+                    "WAL batch {} is missing or damaged, but batch {} in {} was logged after it \
+                     had been made durable",
+                    last + 1,
+                    record.batch,
+                    path.display()
+                )));
+            }
+            // Otherwise batch `last + 1` never became durable (a torn or unsynced write):
+            // it and every batch after it are lost, as their writers were never told
+            // otherwise (or, in no-sync mode, were told this could happen).
+        }
+    }
     let mut txn = db.begin_write()?;
     txn.set_quick_repair(true);
-    {
-        let mut tables = Table::ALL
-            .iter()
-            .map(|t| txn.open_table(t.definition()))
-            .collect::<Result<Vec<_>, _>>()?;
-        for path in &segments {
-            let data = fs::read(path)?;
-            let mut off = 0;
-            while off < data.len() {
-                let Some(record) = parse(&data, off) else {
-                    // Not an intact record: skip to the next place one could start.
-                    off = next_magic(&data, off + 1);
-                    continue;
-                };
-                off = record.end;
-                if record.batch <= checkpointed {
-                    continue;
-                }
-                if record.batch == last + 1 {
-                    decode(record.body, |table, key, value| {
-                        if table == Table::Index {
-                            // Into one run after the replay (index entries are not B-tree
-                            // entries any more); newer batches overwrite older ones here.
-                            index.insert(key.to_vec(), value.map(<[u8]>::to_vec));
-                            return Ok(());
-                        }
-                        if table == Table::Log {
-                            // Into the log's blocks after the replay, likewise.
-                            log.insert(key.to_vec(), value.map(<[u8]>::to_vec));
-                            return Ok(());
-                        }
-                        let raw = &mut tables[table.index()];
-                        match value {
-                            Some(value) => drop(raw.insert(key, value)?),
-                            None => drop(raw.remove(key)?),
-                        }
-                        Ok(())
-                    })?;
-                    last = record.batch;
-                } else if record.batch <= last {
-                    return Err(StorageError::Corrupted(format!(
-                        "WAL batch {} appears twice in {}",
-                        record.batch,
-                        path.display()
-                    )));
-                } else if record.synced > last {
-                    return Err(StorageError::Corrupted(format!(
-                        "WAL batch {} is missing or damaged, but batch {} in {} was logged after it \
-                         had been made durable",
-                        last + 1,
-                        record.batch,
-                        path.display()
-                    )));
-                }
-                // Otherwise batch `last + 1` never became durable (a torn or unsynced write):
-                // it and every batch after it are lost, as their writers were never told
-                // otherwise (or, in no-sync mode, were told this could happen).
-            }
-        }
-        let mut state = txn.open_table(STATE)?;
-        state.insert(STATE_CHECKPOINT, last)?;
-        debug_assert_eq!(tables.len(), TABLE_COUNT);
+    for table in Table::ALL {
+        let entries = changes[table.index()].iter();
+        write_sorted(
+            &txn,
+            table,
+            entries.map(|(k, v)| (k.as_slice(), v.as_deref())),
+        )?;
     }
-    // Level 0, like any checkpoint's run: levels never grow towards newer runs.
-    crate::runs::append(
-        &txn,
-        index.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
-        0,
-    )?;
-    crate::logblocks::append(&txn, log.iter().map(|(k, v)| (k.as_slice(), v.as_deref())))?;
+    txn.open_table(STATE)?.insert(STATE_CHECKPOINT, last)?;
     txn.commit()?;
     for path in &segments {
         fs::remove_file(path)?;
