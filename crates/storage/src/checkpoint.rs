@@ -15,17 +15,16 @@
 //! durable checkpoint, and the log holds every batch after it.
 
 use std::collections::binary_heap::{BinaryHeap, PeekMut};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::layer::{Base, Filter, Layer, Snapshot};
+use crate::metrics::Metrics;
 use crate::runs;
 use crate::runs::merger::{Merges, RUNS_MAX};
 use crate::tables::{Table, STATE, STATE_CHECKPOINT};
 use crate::wal::Segments;
-use crate::writer::Metrics;
 use crate::StorageError;
 
 /// The merger thread's nice value (0 normal, 19 lowest).
@@ -196,9 +195,7 @@ impl Shared {
         });
         let old = std::mem::replace(&mut state.snapshot, snapshot);
         state.layers_bytes += bytes;
-        self.metrics
-            .layers_bytes
-            .store(state.layers_bytes as u64, Relaxed);
+        self.metrics.set_layers_bytes(state.layers_bytes);
         drop(state);
         drop(old);
         if wake {
@@ -220,7 +217,7 @@ impl Shared {
             }
             if !stalled {
                 stalled = true;
-                self.metrics.writer_stalls.fetch_add(1, Relaxed);
+                self.metrics.writer_stalled();
             }
             state.writer_waiting = true;
             self.changed.notify_all();
@@ -479,10 +476,8 @@ impl Checkpointer {
                         state.served = state.served.max(request);
                     }
                     let metrics = &self.shared.metrics;
-                    metrics
-                        .layers_bytes
-                        .store(state.layers_bytes as u64, Relaxed);
-                    metrics.checkpoints.fetch_add(1, Relaxed);
+                    metrics.set_layers_bytes(state.layers_bytes);
+                    metrics.checkpoint_done();
                     drop(state);
                     self.shared.changed.notify_all();
                     drop(old);
@@ -491,10 +486,7 @@ impl Checkpointer {
                     if durable {
                         progress.durable = last;
                         progress.pending_since = None;
-                        self.shared
-                            .metrics
-                            .durable_checkpoints
-                            .fetch_add(1, Relaxed);
+                        self.shared.metrics.durable_checkpoint_done();
                         if let Some(segments) = &self.segments {
                             // A segment that cannot be deleted now is retried after the next
                             // durable checkpoint; recovery skips its records meanwhile.
@@ -510,7 +502,7 @@ impl Checkpointer {
                     }
                 }
                 Err(err) => {
-                    self.shared.metrics.commit_failures.fetch_add(1, Relaxed);
+                    self.shared.metrics.commit_failed();
                     state.failed.get_or_insert(err);
                     drop(state);
                     self.shared.changed.notify_all();
@@ -616,10 +608,7 @@ impl Checkpointer {
     ) -> Result<Base, StorageError> {
         let waited = Instant::now();
         let mut txn = self.db.begin_write()?;
-        self.shared
-            .metrics
-            .checkpoint_wait_nanos
-            .fetch_add(nanos_since(waited), Relaxed);
+        self.shared.metrics.checkpoint_waited(waited.elapsed());
         if durable {
             txn.set_durability(redb::Durability::Immediate)?;
             // Saves redb's allocator state with the commit, so that a crashed file reopens
@@ -636,9 +625,9 @@ impl Checkpointer {
             let started = Instant::now();
             let count = entries.len() as u64;
             crate::placement::write_sorted(&txn, table, entries)?;
-            let m = &self.shared.metrics;
-            m.checkpoint_entries[table.index()].fetch_add(count, Relaxed);
-            m.checkpoint_nanos[table.index()].fetch_add(nanos_since(started), Relaxed);
+            self.shared
+                .metrics
+                .checkpoint_wrote(table, count, started.elapsed());
         }
         {
             let mut state = txn.open_table(STATE)?;
@@ -646,12 +635,6 @@ impl Checkpointer {
         }
         let started = Instant::now();
         txn.commit()?;
-        if durable {
-            self.shared
-                .metrics
-                .durable_commit
-                .observe(started.elapsed());
-        }
         if !durable {
             if let Some(file) = &self.file {
                 start_writeback(file);
@@ -659,13 +642,9 @@ impl Checkpointer {
         }
         self.shared
             .metrics
-            .checkpoint_commit_nanos
-            .fetch_add(nanos_since(started), Relaxed);
+            .checkpoint_committed(started.elapsed(), durable);
         let base = Base::open(&self.db, &self.merges.cache)?;
-        self.merges
-            .metrics
-            .index_runs
-            .store(base.runs.len() as u64, Relaxed);
+        self.merges.metrics.set_index_runs(base.runs.len());
         if base.runs.len() < RUNS_MAX {
             // The merger merges in the background; a full channel means it is awake already.
             if base.runs.len() >= runs::MERGE_WIDTH {
@@ -685,10 +664,6 @@ impl Checkpointer {
         }
         Base::open(&self.db, &self.merges.cache)
     }
-}
-
-fn nanos_since(t: Instant) -> u64 {
-    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -170,11 +170,11 @@
 
 mod checkpoint;
 mod error;
-mod histogram;
 mod keysort;
 mod layer;
 mod logblocks;
 mod merge;
+mod metrics;
 mod placement;
 mod read;
 mod runs;
@@ -185,13 +185,13 @@ mod write;
 mod writer;
 
 pub use error::{StorageError, WriteError};
-pub use histogram::{Histogram, HistogramSnapshot};
 pub use layer::ReadPoint;
+pub use metrics::{Histogram, HistogramSnapshot, MetricsSnapshot};
 pub use read::{Entry, ReadRange, ReadTxn};
 pub use store::{Store, FILE_NAME};
 pub use tables::{decode_u64, encode_u64, Table, ENTRY_BYTES_MAX, FORMAT_VERSION, TABLE_COUNT};
 pub use write::{WriteRange, WriteTxn};
-pub use writer::{MetricsSnapshot, Ticket, TicketFuture};
+pub use writer::{Ticket, TicketFuture};
 
 /// Default bound on jobs waiting for the writer.
 pub const WRITE_QUEUE_MAX: usize = 4096;

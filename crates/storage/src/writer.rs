@@ -1,7 +1,7 @@
 //! The group-commit writer: the type-erased [`Job`], the one writer thread's loop (drain up to
 //! `batch_max` queued jobs, run them in order against the current snapshot, have the log
 //! thread write the batch's changes to the WAL with one sync, publish them as a layer, then
-//! resolve every waiter), the [`Ticket`] a submitter waits on, and the store's [`Metrics`].
+//! resolve every waiter), and the [`Ticket`] a submitter waits on.
 //!
 //! Not here: opening the file and the queue itself (`store.rs`), what a job can do (`write.rs`),
 //! the log (`wal/`), getting layers into redb (`checkpoint.rs`).
@@ -10,7 +10,6 @@ use std::any::Any;
 use std::future::{Future, IntoFuture};
 use std::panic::{self, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -19,7 +18,6 @@ use std::time::{Duration, Instant};
 use crate::checkpoint::Shared;
 use crate::error::commit_error;
 use crate::layer::{Changes, Layer};
-use crate::tables::TABLE_COUNT;
 use crate::wal::{LogRequest, LogThread};
 use crate::write::{Hook, WriteTxn};
 
@@ -169,128 +167,6 @@ impl<T, E> Future for TicketFuture<T, E> {
     }
 }
 
-/// Counters the writer and the checkpointer update; plain atomics, cheap to read at any time.
-#[derive(Debug, Default)]
-pub(crate) struct Metrics {
-    commits: AtomicU64,
-    pub(crate) commit_failures: AtomicU64,
-    jobs_committed: AtomicU64,
-    jobs_failed: AtomicU64,
-    last_batch_size: AtomicU64,
-    pub(crate) checkpoints: AtomicU64,
-    pub(crate) durable_checkpoints: AtomicU64,
-    pub(crate) layers_bytes: AtomicU64,
-    pub(crate) writer_stalls: AtomicU64,
-    /// Per table (in [`Table::ALL`](crate::Table::ALL) order): entries checkpointed into
-    /// redb, and the time their inserts and removes took.
-    pub(crate) checkpoint_entries: [AtomicU64; TABLE_COUNT],
-    pub(crate) checkpoint_nanos: [AtomicU64; TABLE_COUNT],
-    /// Time checkpoints spent committing their redb transactions (page writes, and the sync of
-    /// durable ones).
-    pub(crate) checkpoint_commit_nanos: AtomicU64,
-    /// Time checkpoints waited for redb's one write transaction (held by a merge's chunk).
-    pub(crate) checkpoint_wait_nanos: AtomicU64,
-    /// Index runs listed after the last checkpoint, merges done, entries they read, and time.
-    pub(crate) index_runs: AtomicU64,
-    pub(crate) run_merges: AtomicU64,
-    pub(crate) run_merge_entries: AtomicU64,
-    pub(crate) run_merge_nanos: AtomicU64,
-    /// Bytes appended to the log, and how long each synced append (write and `fdatasync`)
-    /// or lone sync took.
-    pub(crate) log_bytes: AtomicU64,
-    pub(crate) log_sync: crate::Histogram,
-    /// How long each durable checkpoint's redb commit (its page writes and sync) took.
-    pub(crate) durable_commit: crate::Histogram,
-}
-
-/// A snapshot of the writer's counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MetricsSnapshot {
-    /// Batches committed (one WAL append, and one fsync in `Fsync` mode, each).
-    pub commits: u64,
-    /// Batches whose commit failed (every job in them got the error), and failed checkpoints.
-    pub commit_failures: u64,
-    /// Jobs whose writes were committed.
-    pub jobs_committed: u64,
-    /// Jobs that returned `Err` or panicked (their writes were discarded).
-    pub jobs_failed: u64,
-    /// How many jobs the most recent batch held.
-    pub last_batch_size: u64,
-    /// Checkpoints done: committed batches applied to redb in one transaction.
-    pub checkpoints: u64,
-    /// Of those, the durable ones (redb synced; log segments they cover may be deleted).
-    pub durable_checkpoints: u64,
-    /// Memory held by committed batches not yet checkpointed (an estimate), in bytes.
-    pub layers_bytes: u64,
-    /// Times the writer waited for a checkpoint because the layers held `layers_bytes_max`.
-    pub writer_stalls: u64,
-    /// Per table (in [`Table::ALL`](crate::Table::ALL) order): entries checkpointed into redb
-    /// (after the newest of each key was kept), and nanoseconds their inserts and removes took.
-    pub checkpoint_entries: [u64; TABLE_COUNT],
-    pub checkpoint_nanos: [u64; TABLE_COUNT],
-    /// Nanoseconds checkpoints spent committing their redb transactions.
-    pub checkpoint_commit_nanos: u64,
-    /// Nanoseconds checkpoints waited for redb's write transaction, which merges take too.
-    pub checkpoint_wait_nanos: u64,
-    /// Index runs the store holds (as of the last checkpoint).
-    pub index_runs: u64,
-    /// Merges of index runs done, the entries they read, and the nanoseconds they took
-    /// (reading, writing and committing).
-    pub index_run_merges: u64,
-    pub index_run_merge_entries: u64,
-    pub index_run_merge_nanos: u64,
-    /// Bytes appended to the write-ahead log.
-    pub log_bytes: u64,
-    /// Each synced log append (write and `fdatasync`: what a batch waits for in `Fsync`
-    /// mode), and each lone sync.
-    pub log_sync: crate::HistogramSnapshot,
-    /// Each durable checkpoint's redb commit: writing the pages non-durable checkpoints left in
-    /// redb's buffer, and syncing the file. The log's syncs meanwhile share the disk with it.
-    pub durable_commit: crate::HistogramSnapshot,
-}
-
-impl MetricsSnapshot {
-    /// Per table: its name, the entries checkpointed into it, and the nanoseconds that took.
-    pub fn checkpoint_tables(&self) -> impl Iterator<Item = (&'static str, u64, u64)> + '_ {
-        crate::Table::ALL.iter().map(|t| {
-            (
-                t.name(),
-                self.checkpoint_entries[t.index()],
-                self.checkpoint_nanos[t.index()],
-            )
-        })
-    }
-}
-
-impl Metrics {
-    pub(crate) fn snapshot(&self) -> MetricsSnapshot {
-        // Relaxed is enough: a waiter that needs the counters of its own batch is ordered after
-        // the update by the reply channel.
-        MetricsSnapshot {
-            commits: self.commits.load(Relaxed),
-            commit_failures: self.commit_failures.load(Relaxed),
-            jobs_committed: self.jobs_committed.load(Relaxed),
-            jobs_failed: self.jobs_failed.load(Relaxed),
-            last_batch_size: self.last_batch_size.load(Relaxed),
-            checkpoints: self.checkpoints.load(Relaxed),
-            durable_checkpoints: self.durable_checkpoints.load(Relaxed),
-            layers_bytes: self.layers_bytes.load(Relaxed),
-            writer_stalls: self.writer_stalls.load(Relaxed),
-            checkpoint_entries: self.checkpoint_entries.each_ref().map(|a| a.load(Relaxed)),
-            checkpoint_nanos: self.checkpoint_nanos.each_ref().map(|a| a.load(Relaxed)),
-            checkpoint_commit_nanos: self.checkpoint_commit_nanos.load(Relaxed),
-            checkpoint_wait_nanos: self.checkpoint_wait_nanos.load(Relaxed),
-            index_runs: self.index_runs.load(Relaxed),
-            index_run_merges: self.run_merges.load(Relaxed),
-            index_run_merge_entries: self.run_merge_entries.load(Relaxed),
-            index_run_merge_nanos: self.run_merge_nanos.load(Relaxed),
-            log_bytes: self.log_bytes.load(Relaxed),
-            log_sync: self.log_sync.snapshot(),
-            durable_commit: self.durable_commit.snapshot(),
-        }
-    }
-}
-
 /// The state of the one writer thread.
 pub(crate) struct Writer {
     pub(crate) shared: Arc<Shared>,
@@ -323,7 +199,7 @@ pub(crate) struct Writer {
     pub(crate) batch_max: usize,
     /// No-sync mode only: how long a logged batch may stay non-durable.
     pub(crate) nosync_lag_max: Duration,
-    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// The number the next batch that writes something gets.
     pub(crate) next_batch: u64,
 }
@@ -554,7 +430,7 @@ impl Writer {
             Err(_) => Err(log_gone()),
         };
         if let Err(err) = result {
-            self.metrics.commit_failures.fetch_add(1, Relaxed);
+            self.metrics.commit_failed();
             self.shared.fail(err);
         }
     }
@@ -663,8 +539,8 @@ impl Writer {
             }
         }
         let failed = batch.ran.iter().filter(|r| !r.ok).count() as u64;
-        self.metrics.last_batch_size.store(batch.size, Relaxed);
-        self.metrics.jobs_failed.fetch_add(failed, Relaxed);
+        self.metrics
+            .batch_resolved(batch.size, failed, result.is_ok());
         match result {
             Ok(()) => {
                 if let Some(layer) = batch.layer {
@@ -675,10 +551,6 @@ impl Writer {
                         volatile_since.get_or_insert_with(Instant::now);
                     }
                 }
-                self.metrics.commits.fetch_add(1, Relaxed);
-                self.metrics
-                    .jobs_committed
-                    .fetch_add(batch.size - failed, Relaxed);
                 let hooks = !batch.hooks.is_empty();
                 for hook in batch.hooks {
                     // A panicking hook is reported by the panic hook; the writer carries on.
@@ -695,7 +567,6 @@ impl Writer {
             Err(err) => {
                 let err = commit_error(err);
                 self.shared.fail(err.clone());
-                self.metrics.commit_failures.fetch_add(1, Relaxed);
                 for r in batch.ran {
                     (r.deliver)(Some(&err));
                 }

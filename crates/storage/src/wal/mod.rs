@@ -58,7 +58,6 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -67,9 +66,9 @@ use std::time::Instant;
 use redb::ReadableDatabase;
 
 use crate::layer::{Changes, Layer, TableMap};
+use crate::metrics::Metrics;
 use crate::placement::write_sorted;
 use crate::tables::{Table, STATE, STATE_CHECKPOINT, TABLE_COUNT};
-use crate::writer::Metrics;
 use crate::StorageError;
 
 const MAGIC: [u8; 4] = *b"HWAL";
@@ -685,15 +684,15 @@ fn serve(
             None => match request {
                 LogRequest::Append { layer, sync } => {
                     wal.append(layer.batch, &layer.changes, sync).map(|bytes| {
-                        metrics.log_bytes.fetch_add(bytes, Relaxed);
+                        metrics.log_appended(bytes);
                         if sync && on_disk {
-                            metrics.log_sync.observe(started.elapsed());
+                            metrics.log_synced(started.elapsed());
                         }
                     })
                 }
                 LogRequest::Sync => wal.sync().map(|()| {
                     if on_disk {
-                        metrics.log_sync.observe(started.elapsed());
+                        metrics.log_synced(started.elapsed());
                     }
                 }),
             }
