@@ -14,7 +14,7 @@ use crate::read::ReadTxn;
 use crate::tables::{Table, FORMAT_VERSION, RUN_BLOCKS, RUN_META, STATE, STATE_FORMAT};
 use crate::wal::{self, LogThread, Segments, Wal, WalWriter};
 use crate::write::WriteTxn;
-use crate::writer::{BackgroundJob, Job, Msg, Ticket, TypedJob, Writer};
+use crate::writer::{BackgroundJob, Channels, Job, Lanes, Msg, Ticket, TypedJob, Writer};
 use crate::{StorageError, StoreOptions};
 use redb::ReadableTable;
 
@@ -127,19 +127,18 @@ impl Store {
         let writer = Writer {
             after_batch: after_batch.clone(),
             sleeping: writer_sleeping.clone(),
-            foreground_open: true,
-            deferred: None,
-            yielded: false,
-            heavy_next: false,
-            peeked: None,
-            last_batch_client: false,
+            lanes: Lanes::new(
+                options.batch_max,
+                Duration::from_millis(options.background_batch_ms_max),
+            ),
             shared: shared.clone(),
             log: LogThread::spawn(wal, metrics.clone())?,
-            queue: receiver,
-            background: background_rx,
-            background_budget: Duration::from_millis(options.background_batch_ms_max),
+            channels: Channels {
+                queue: receiver,
+                background: background_rx,
+                foreground_open: true,
+            },
             durability: options.durability,
-            batch_max: options.batch_max,
             nosync_lag_max: Duration::from_millis(options.nosync_lag_ms_max),
             metrics: metrics.clone(),
             next_batch: last_batch + 1,

@@ -20,6 +20,10 @@ use crate::error::commit_error;
 use crate::layer::{Changes, Layer};
 use crate::wal::{LogRequest, LogThread};
 use crate::write::{Hook, WriteTxn};
+pub(crate) use lanes::Lanes;
+use lanes::{Queues, Woke};
+
+mod lanes;
 
 /// Called on the writer thread once a batch's hooks have run (a batch without hooks skips it).
 pub(crate) type AfterBatch = Box<dyn Fn() + Send + Sync>;
@@ -173,30 +177,13 @@ pub(crate) struct Writer {
     /// Runs once after each committed batch's hooks (see `Store::on_batch_published`).
     pub(crate) after_batch: Arc<std::sync::OnceLock<AfterBatch>>,
     pub(crate) log: LogThread,
-    pub(crate) queue: Receiver<Msg>,
-    /// Background jobs (trigger tasks, index builds): they fill a batch after the foreground
-    /// jobs, within `background_budget` of the batch's start, and at least one per batch.
-    pub(crate) background: Receiver<BackgroundJob>,
-    pub(crate) background_budget: Duration,
+    /// The client and background queues.
+    pub(crate) channels: Channels,
     /// Set while the writer sleeps on the foreground queue (see `Store::submit_background`).
     pub(crate) sleeping: Arc<std::sync::atomic::AtomicBool>,
-    /// False once every foreground sender is gone (closing): the writer then drains the
-    /// background queue and stops.
-    pub(crate) foreground_open: bool,
-    /// A heavy background job met while filling a batch: it opens a later batch, after the
-    /// client jobs queued by then have had a batch without it.
-    pub(crate) deferred: Option<Box<dyn Job>>,
-    /// Whether the queued client jobs have had their batch ahead of `deferred` yet.
-    pub(crate) yielded: bool,
-    /// The next batch starts with a heavy job: finish the batch in flight before running it.
-    pub(crate) heavy_next: bool,
-    /// A client job taken from the queue to see whether one waits (see `pull_background`);
-    /// the next one `next_foreground` returns.
-    pub(crate) peeked: Option<Box<dyn Job>>,
-    /// The last batch held client jobs: background jobs, if any wait, have the next turn.
-    pub(crate) last_batch_client: bool,
+    /// Which lane, client or background, each batch's jobs come from ([`Lanes`]).
+    pub(crate) lanes: Lanes<Box<dyn Job>>,
     pub(crate) durability: Durability,
-    pub(crate) batch_max: usize,
     /// No-sync mode only: how long a logged batch may stay non-durable.
     pub(crate) nosync_lag_max: Duration,
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
@@ -268,7 +255,7 @@ impl Writer {
                 }
                 Next::Closed => break,
             };
-            if std::mem::take(&mut self.heavy_next) {
+            if self.lanes.take_heavy_next() {
                 // A heavy job may run for a long time; the batch in flight is acknowledged
                 // first rather than after it (this batch gives up pipelining).
                 if let Some(previous) = in_flight.take() {
@@ -311,47 +298,16 @@ impl Writer {
 
     /// Waits for work: blocks only when no batch is in flight (then wakes for the no-sync
     /// deadline and for background jobs too); otherwise takes what is queued or reports `Idle`.
-    ///
-    /// A batch holds client (foreground) jobs or background jobs, never both, so a client's
-    /// acknowledgement waits for its own batch's sync and not for background work in it: while
-    /// a client batch syncs, the next (background) batch already runs, pipelined. When both
-    /// kinds wait they take turns, so neither starves. A deferred heavy background job opens a
-    /// batch of its own once the client jobs queued before it have had one without it.
+    /// Which jobs a batch takes is [`Lanes`]' policy.
     fn next(&mut self, busy: bool, volatile_since: Option<Instant>) -> Next {
-        let (first, client) = loop {
-            if self.deferred.is_some() {
-                if !self.yielded {
-                    self.yielded = true;
-                    if let Some(job) = self.next_foreground() {
-                        break (job, true);
-                    }
-                }
-                self.yielded = false;
-                self.heavy_next = true;
-                break (self.deferred.take().expect("checked"), false);
-            }
-            if self.last_batch_client {
-                if let Ok(b) = self.background.try_recv() {
-                    if b.heavy {
-                        // Clients queued before it get their batch first.
-                        self.deferred = Some(b.job);
-                        continue;
-                    }
-                    break (b.job, false);
-                }
-            }
-            if let Some(job) = self.next_foreground() {
-                break (job, true);
-            }
-            if let Ok(b) = self.background.try_recv() {
-                // No client job waits: a heavy job may start at once.
-                self.heavy_next = b.heavy;
-                break (b.job, false);
+        let first = loop {
+            if let Some(job) = self.lanes.first(&mut self.channels) {
+                break job;
             }
             if busy {
                 return Next::Idle;
             }
-            if !self.foreground_open {
+            if !self.channels.foreground_open {
                 return Next::Closed;
             }
             // Say so before sleeping, then look once more: a background job submitted after
@@ -359,67 +315,32 @@ impl Writer {
             use std::sync::atomic::{fence, Ordering::SeqCst};
             self.sleeping.store(true, SeqCst);
             fence(SeqCst);
-            if let Ok(b) = self.background.try_recv() {
+            if let Ok(b) = self.channels.background.try_recv() {
                 self.sleeping.store(false, SeqCst);
-                self.heavy_next = b.heavy;
-                break (b.job, false);
+                break self.lanes.woke(Woke::Background(b.job, b.heavy));
             }
             let received =
                 match volatile_since.and_then(|since| since.checked_add(self.nosync_lag_max)) {
                     None => self
+                        .channels
                         .queue
                         .recv()
                         .map_err(|_| RecvTimeoutError::Disconnected),
                     Some(deadline) => self
+                        .channels
                         .queue
                         .recv_timeout(deadline.saturating_duration_since(Instant::now())),
                 };
             self.sleeping.store(false, SeqCst);
             match received {
-                Ok(Msg::Job(job)) => break (job, true),
+                Ok(Msg::Job(job)) => break self.lanes.woke(Woke::Client(job)),
                 Ok(Msg::Wake) => continue,
                 Err(RecvTimeoutError::Timeout) => return Next::SyncDue,
                 // Closing: commit what the background queue still holds, then stop.
-                Err(RecvTimeoutError::Disconnected) => self.foreground_open = false,
+                Err(RecvTimeoutError::Disconnected) => self.channels.foreground_open = false,
             }
         };
-        self.last_batch_client = client;
-        let mut jobs = Vec::with_capacity(self.batch_max.min(1024));
-        jobs.push(first);
-        // A background batch takes more background jobs as it runs (`pull_background`).
-        while client && jobs.len() < self.batch_max {
-            match self.next_foreground() {
-                Some(job) => jobs.push(job),
-                None => break,
-            }
-        }
-        Next::Jobs(jobs)
-    }
-
-    /// The next queued foreground job, if any, skipping wake-ups.
-    fn next_foreground(&mut self) -> Option<Box<dyn Job>> {
-        if let Some(job) = self.peeked.take() {
-            return Some(job);
-        }
-        loop {
-            match self.queue.try_recv() {
-                Ok(Msg::Job(job)) => return Some(job),
-                Ok(Msg::Wake) => continue,
-                Err(TryRecvError::Empty) => return None,
-                Err(TryRecvError::Disconnected) => {
-                    self.foreground_open = false;
-                    return None;
-                }
-            }
-        }
-    }
-
-    /// Whether a client job is queued (it is kept in `peeked` for `next_foreground`).
-    fn foreground_waiting(&mut self) -> bool {
-        if self.peeked.is_none() {
-            self.peeked = self.next_foreground();
-        }
-        self.peeked.is_some()
+        Next::Jobs(self.lanes.batch(&mut self.channels, first))
     }
 
     /// Syncs the log while idle; a failure fails the store (after a failed fsync, what
@@ -469,20 +390,14 @@ impl Writer {
         let snapshot = self.shared.snapshot_with(pending);
         let mut changes = Changes::default();
         // Only a background batch takes more background jobs; its first job counts as taken.
-        let mut pull = BackgroundPull {
-            room: if self.last_batch_client {
-                0
-            } else {
-                self.batch_max.saturating_sub(jobs.len())
-            },
-            until: Instant::now() + self.background_budget,
-            taken: jobs.len(),
-        };
+        let mut pull = self.lanes.pull(jobs.len(), Instant::now());
         let mut jobs = jobs.into_iter();
         loop {
-            let Some(job) = jobs.next().or_else(|| self.pull_background(&mut pull)) else {
-                break;
-            };
+            let job = jobs.next().or_else(|| {
+                self.lanes
+                    .pull_background(&mut self.channels, &mut pull, Instant::now())
+            });
+            let Some(job) = job else { break };
             let mut view = WriteTxn::new(&snapshot, &mut changes);
             let outcome = job.run(&mut view);
             batch.hooks.extend(view.finish(outcome.ok));
@@ -583,38 +498,35 @@ fn log_gone() -> StorageError {
     StorageError::Internal("the log thread is gone".into())
 }
 
-/// How many background jobs a batch may still take, and until when: they join after the
-/// foreground jobs taken up front while the batch is younger than the budget (and at least
-/// one, so background work always progresses), up to `batch_max` jobs in all.
-struct BackgroundPull {
-    until: Instant,
-    room: usize,
-    taken: usize,
+/// The writer's two queues; as [`Queues`], never blocking and skipping wake-ups.
+pub(crate) struct Channels {
+    /// Client jobs, and the wake-ups background submitters send a sleeping writer.
+    pub(crate) queue: Receiver<Msg>,
+    /// Background jobs (trigger tasks, index builds).
+    pub(crate) background: Receiver<BackgroundJob>,
+    /// False once every foreground sender is gone (closing): the writer then drains the
+    /// background queue and stops.
+    pub(crate) foreground_open: bool,
 }
 
-impl Writer {
-    /// The next background job for the batch described by `pull`, if it may take one. A heavy
-    /// job is not taken: it is deferred to open a later batch.
-    fn pull_background(&mut self, pull: &mut BackgroundPull) -> Option<Box<dyn Job>> {
-        if pull.room == 0 || self.deferred.is_some() {
-            return None;
+impl Queues<Box<dyn Job>> for Channels {
+    fn client(&mut self) -> Option<Box<dyn Job>> {
+        loop {
+            match self.queue.try_recv() {
+                Ok(Msg::Job(job)) => return Some(job),
+                Ok(Msg::Wake) => continue,
+                Err(TryRecvError::Empty) => return None,
+                Err(TryRecvError::Disconnected) => {
+                    self.foreground_open = false;
+                    return None;
+                }
+            }
         }
-        if pull.taken > 0 && Instant::now() >= pull.until {
-            return None;
-        }
-        // A client job waiting ends a background batch, so it waits for at most the
-        // background job running when it came, not the whole budget.
-        if pull.taken > 0 && self.foreground_waiting() {
-            return None;
-        }
+    }
+
+    fn background(&mut self) -> Option<(Box<dyn Job>, bool)> {
         let b = self.background.try_recv().ok()?;
-        if b.heavy {
-            self.deferred = Some(b.job);
-            return None;
-        }
-        pull.room -= 1;
-        pull.taken += 1;
-        Some(b.job)
+        Some((b.job, b.heavy))
     }
 }
 
