@@ -667,6 +667,9 @@ impl Checkpointer {
 }
 
 #[cfg(test)]
+mod tests;
+
+#[cfg(test)]
 mod due_tests {
     use super::{due_by_age, IDLE};
     const DEFER_FACTOR: u32 = 5;

@@ -180,6 +180,8 @@ mod read;
 mod runs;
 mod store;
 mod tables;
+#[cfg(test)]
+mod testing;
 mod wal;
 mod write;
 mod writer;

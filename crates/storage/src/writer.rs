@@ -531,6 +531,4 @@ impl Queues<Box<dyn Job>> for Channels {
 }
 
 #[cfg(test)]
-mod index_tests;
-#[cfg(test)]
 mod tests;
