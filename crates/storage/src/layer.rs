@@ -16,14 +16,11 @@ use redb::{ReadOnlyTable, ReadableDatabase, ReadableTableMetadata};
 use std::ops::Bound;
 
 use crate::logblocks::LogBase;
-use crate::merge::{BaseRange, Merged, Source};
+use crate::merge::{BaseRange, Merged, Side, Source};
 use crate::placement::{placement, Placement};
 use crate::runs::{self, RunCache, RunMeta, RunRange};
-use crate::tables::{self, KeyBounds, Table, RUN_BLOCKS, RUN_META, TABLE_COUNT};
+use crate::tables::{self, KeyBounds, Table, TableMap, RUN_BLOCKS, RUN_META, TABLE_COUNT};
 use crate::StorageError;
-
-/// One table's pending changes: key -> `Some(value)` for a put, `None` for a delete.
-pub(crate) type TableMap = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 
 type RawTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
 
@@ -539,9 +536,13 @@ impl Snapshot {
     /// table.
     pub(crate) fn len(&self, table: Table) -> Result<u64, StorageError> {
         if placement(table) != Placement::Tree {
-            let all = self.merged(table, (Bound::Unbounded, Bound::Unbounded), &[])?;
-            let mut all = crate::ReadRange::from_merged(all);
-            return all.try_fold(0, |n, entry| entry.map(|_| n + 1));
+            let mut all = self.merged(table, (Bound::Unbounded, Bound::Unbounded), &[])?;
+            let mut len = 0;
+            while let Some(entry) = all.step(Side::Front) {
+                entry?;
+                len += 1;
+            }
+            return Ok(len);
         }
         let raw = self.base.table(table);
         let mut newest: BTreeMap<&[u8], bool> = BTreeMap::new();

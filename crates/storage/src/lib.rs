@@ -189,11 +189,16 @@ mod writer;
 pub use error::{StorageError, WriteError};
 pub use layer::ReadPoint;
 pub use metrics::{Histogram, HistogramSnapshot, MetricsSnapshot};
-pub use read::{Entry, ReadRange, ReadTxn};
+pub use read::{ReadRange, ReadTxn};
 pub use store::{Store, FILE_NAME};
-pub use tables::{decode_u64, encode_u64, Table, ENTRY_BYTES_MAX, FORMAT_VERSION, TABLE_COUNT};
+pub use tables::{decode_u64, encode_u64, Entry, Table, FORMAT_VERSION, TABLE_COUNT};
 pub use write::{WriteRange, WriteTxn};
 pub use writer::{Ticket, TicketFuture};
+
+/// The largest key plus value, in bytes, that one entry may hold. redb's own ceiling is about
+/// 3.75 GiB per pair; this is far below it so that a runaway value fails its own job instead of
+/// a whole batch, and far above any document limit the database layer will set.
+pub const ENTRY_BYTES_MAX: usize = 1 << 30;
 
 /// Default bound on jobs waiting for the writer.
 pub const WRITE_QUEUE_MAX: usize = 4096;

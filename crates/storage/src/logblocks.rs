@@ -23,8 +23,7 @@ use std::ops::Bound;
 
 use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 
-use crate::read::Entry;
-use crate::tables::{Def, KeyBounds};
+use crate::tables::{Def, Entry, KeyBounds};
 use crate::{StorageError, Table};
 
 /// The blocks: key = the block's first key, value = its entries.

@@ -13,12 +13,9 @@ use std::ops::RangeBounds;
 
 use std::cell::OnceCell;
 
-use crate::layer::{
-    key_hash, sorted_newest, Changes, ReadPoint, Snapshot, TableMap, APPENDED_TABLE,
-};
+use crate::layer::{key_hash, sorted_newest, Changes, ReadPoint, Snapshot, APPENDED_TABLE};
 use crate::merge::{Merged, Side};
-use crate::read::Entry;
-use crate::tables::{self, KeyBounds, Table};
+use crate::tables::{self, Entry, KeyBounds, Table, TableMap};
 use crate::StorageError;
 
 /// One write of a job, to undo: the key and what the batch held under it before (`None`:

@@ -65,10 +65,10 @@ use std::time::Instant;
 
 use redb::ReadableDatabase;
 
-use crate::layer::{Changes, Layer, TableMap};
+use crate::layer::{Changes, Layer};
 use crate::metrics::Metrics;
 use crate::placement::write_sorted;
-use crate::tables::{Table, STATE, STATE_CHECKPOINT, TABLE_COUNT};
+use crate::tables::{Table, TableMap, STATE, STATE_CHECKPOINT, TABLE_COUNT};
 use crate::StorageError;
 
 const MAGIC: [u8; 4] = *b"HWAL";
