@@ -170,6 +170,7 @@
 
 mod checkpoint;
 mod error;
+mod job;
 mod keysort;
 mod layer;
 mod logblocks;
@@ -187,13 +188,13 @@ mod write;
 mod writer;
 
 pub use error::{StorageError, WriteError};
+pub use job::{Ticket, TicketFuture};
 pub use layer::ReadPoint;
 pub use metrics::{Histogram, HistogramSnapshot, MetricsSnapshot};
 pub use read::{ReadRange, ReadTxn};
 pub use store::{Store, FILE_NAME};
 pub use tables::{decode_u64, encode_u64, Entry, Table, FORMAT_VERSION, TABLE_COUNT};
 pub use write::{WriteRange, WriteTxn};
-pub use writer::{Ticket, TicketFuture};
 
 /// The largest key plus value, in bytes, that one entry may hold. redb's own ceiling is about
 /// 3.75 GiB per pair; this is far below it so that a runaway value fails its own job instead of

@@ -8,13 +8,14 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::checkpoint::{Checkpointer, Limits, Shared};
+use crate::job::{BackgroundJob, Job, Msg, Ticket, TypedJob};
 use crate::layer::Base;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::read::ReadTxn;
 use crate::tables::{Table, FORMAT_VERSION, RUN_BLOCKS, RUN_META, STATE, STATE_FORMAT};
 use crate::wal::{self, LogThread, Segments, Wal, WalWriter};
 use crate::write::WriteTxn;
-use crate::writer::{BackgroundJob, Channels, Job, Lanes, Msg, Ticket, TypedJob, Writer};
+use crate::writer::{Channels, Lanes, Writer};
 use crate::{StorageError, StoreOptions};
 use redb::ReadableTable;
 
