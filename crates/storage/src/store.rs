@@ -213,10 +213,11 @@ impl Store {
     }
 
     /// Like [`submit`](Store::submit), for work no client is waiting on (trigger tasks, index
-    /// builds). Background jobs run after the queued foreground jobs of a batch, only while
-    /// the batch is younger than `background_batch_ms_max` (and at least one per batch), so a
-    /// backlog of background work delays a client's write by about that budget, not by the
-    /// whole backlog. Blocks while `background_queue_max` background jobs wait.
+    /// builds). Background jobs run in batches of their own, taking turns with client jobs; a
+    /// background batch takes jobs only while it is younger than `background_batch_ms_max` (at
+    /// least one) and ends as soon as a client job waits, so a backlog of background work
+    /// delays a client's write by about one background job, not by the whole backlog. Blocks
+    /// while `background_queue_max` background jobs wait.
     pub fn submit_background<F, T, E>(&self, job: F) -> Result<Ticket<T, E>, StorageError>
     where
         F: FnOnce(&mut WriteTxn<'_>) -> Result<T, E> + Send + 'static,
