@@ -49,8 +49,8 @@
 //! redb stores the number of the last checkpointed batch in the same transaction as the data.
 //! On open, every intact record after it is applied in batch order (the newest entry of each key
 //! kept) and written to redb in one transaction, table by table where a checkpoint would write
-//! it (`placement.rs`); then the log is deleted. Bytes that are not an intact record (a torn write at the tail) are
-//! skipped. A batch may be missing only if no later record says it had been made durable: in
+//! it (`placement.rs`); then the log is deleted. Bytes that are not an intact record (a torn
+//! write at the tail) are skipped. A batch may be missing only if no later record says it had been made durable: in
 //! fsync mode each record's `synced` is its predecessor, so a missing batch followed by any
 //! intact record is corruption ([`StorageError::Corrupted`]), while in no-sync mode unsynced
 //! records may reach the disk out of order after a power loss and a hole in them just ends the
