@@ -3,10 +3,10 @@
 //! applies committed layers to redb in large transactions and then drops them.
 //!
 //! Why: redb's copy-on-write B-tree copies, writes and checksums every page a transaction
-//! touches. A batch of ~64 documents with ~11 index entries each lands on hundreds of random
-//! leaves, so committing every batch to redb rewrote a 4 KiB page for nearly every entry; the
-//! writer spent ~70% of its time there. Logging the batch to the WAL and checkpointing many
-//! batches at once touches each page once per checkpoint instead of once per batch.
+//! touches. A batch's documents and their index entries land on hundreds of random leaves, so
+//! committing every batch to redb rewrote a page for nearly every entry, and that was most of
+//! the writer's time. Logging the batch to the WAL and checkpointing many batches at once
+//! touches each page once per checkpoint instead of once per batch.
 //!
 //! Most checkpoints commit to redb without durability (`Durability::None`: the dirty pages stay
 //! in redb's write buffer, nothing is written to the file or synced), and one every
@@ -31,9 +31,9 @@ use crate::StorageError;
 const MERGER_NICE: i32 = 10;
 /// Merger threads. Each takes the newest stretch of runs that is due and not being merged, so
 /// while one is in a long merge of large runs another keeps merging the small new ones. With
-/// one, the level-0 runs a checkpoint writes every ~0.7 s piled up behind such a merge until
-/// `RUNS_MAX`, where the checkpointer merges before it returns and writes wait for it (seen at
-/// 12,000 RockBench events/s after a few minutes: 20 runs, then the layers at their bound).
+/// one, under sustained ingest the level-0 runs checkpoints keep writing piled up behind such a
+/// merge until `RUNS_MAX`, where the checkpointer merges before it returns and writes wait for
+/// it (then the layers reached their bound too).
 /// The last of them takes only runs of levels below [`SMALL_LEVELS`]: with a checkpoint (and so
 /// a new run) every 50 ms, two mergers both in long merges of large runs let the new ones reach
 /// `RUNS_MAX` within a second.
@@ -261,7 +261,7 @@ impl Shared {
 /// it the pages that non-durable checkpoints write stay in the page cache (the kernel's own
 /// writeback starts only at gigabytes, or after 30 s) until the next durable checkpoint's
 /// `fsync` flushes them all at once: hundreds of megabytes at high ingest rates, during which
-/// the log's own `fdatasync`s queue behind them and every client write stalls for 100-200 ms.
+/// the log's own `fdatasync`s queue behind them and every client write stalls.
 /// Started early, the writes spread over the interval. Best effort: an error only loses that.
 fn start_writeback(file: &std::fs::File) {
     use std::os::fd::AsRawFd;
@@ -277,8 +277,8 @@ fn start_writeback(file: &std::fs::File) {
 /// read once, in order, and compared only with the other layers' current keys (a heap of one
 /// per layer), so a checkpoint of n entries in k layers costs about n log k comparisons of keys
 /// that are in the cache. Copying every key into one buffer and sorting it (before) cost n log n
-/// comparisons and, above all, faulting in fresh pages for that buffer at every checkpoint:
-/// 15% of the checkpointer's time at 20,000 events/s.
+/// comparisons and, above all, faulting in fresh pages for that buffer at every checkpoint, a
+/// large share of the checkpointer's time under heavy ingest.
 fn newest_sorted(layers: &[Arc<Layer>], table: Table) -> Vec<(&[u8], Option<&[u8]>)> {
     let entries = layers.iter().map(|l| l.changes.table(table).len()).sum();
     let mut out = Vec::with_capacity(entries);

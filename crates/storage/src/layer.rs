@@ -247,9 +247,9 @@ fn range_segment(bounds: &KeyBounds<'_>) -> Option<u64> {
 }
 
 /// A Bloom filter over one table's keys in one layer: about 24 bits per key, 3 bits per key all
-/// in one 64-bit word chosen by the hash (a blocked filter), so 0.1-0.3% of the layers that
-/// lack a key are searched anyway. At 10 bits per key it was 0.4-1.5%, and the map lookups of
-/// those false positives were most of the writer's time in `Snapshot::get` during inserts (a
+/// in one 64-bit word chosen by the hash (a blocked filter), so few of the layers that lack a
+/// key are searched anyway. With fewer bits per key the map lookups of those false positives
+/// were most of the writer's time in `Snapshot::get` during inserts (a
 /// point lookup checks every in-memory layer, up to a second of batches). One word per probe
 /// instead of three scattered ones: the scattered probes were a visible share of those reads.
 struct Bloom {
@@ -301,11 +301,11 @@ impl Bloom {
 /// One Bloom filter over every key of every layer published since a checkpoint (a
 /// generation), in all tables. A point lookup whose key it does not hold skips all those layers
 /// at once instead of probing each layer's own filter: with up to a second of batches in
-/// memory, one probe per layer was ~18% of the writer's time during inserts. Bits are only ever
-/// set, so a snapshot may share its generation's filter with later snapshots: they only add
-/// false positives for it. A checkpoint starts a new generation holding the layers it left.
-/// Fixed size: past the keys it was sized for, it passes more absent keys, which then take the
-/// per-layer path (slower, never wrong).
+/// memory, one probe per layer was a large share of the writer's time during inserts. Bits are
+/// only ever set, so a snapshot may share its generation's filter with later snapshots: they
+/// only add false positives for it. A checkpoint starts a new generation holding the layers it
+/// left. Fixed size: past the keys it was sized for, it passes more absent keys, which then take
+/// the per-layer path (slower, never wrong).
 pub(crate) struct Filter {
     words: Box<[AtomicU64]>,
 }

@@ -23,9 +23,9 @@
 //! Segments are recycled: when a durable checkpoint covers a closed segment of at least
 //! [`SPARE_AFTER_BYTES`], it is renamed `wal-recycled-<slot>.tmp` (if one of the
 //! [`RECYCLED_MAX`] slots is free) instead of being deleted, and the next spare is such a file
-//! renamed, not a new file of zeros: writing the zeros was ~4% of the server's CPU during
-//! sustained inserts, and as much disk bandwidth as the log itself (several slots, because at
-//! high write rates a durable checkpoint, every two seconds, covers several segments). Its old
+//! renamed, not a new file of zeros: writing the zeros cost a visible share of the server's CPU
+//! during sustained inserts, and as much disk bandwidth as the log itself (several slots,
+//! because at high write rates one durable checkpoint covers several segments). Its old
 //! records stay after the new ones until overwritten. They are harmless:
 //! every one of them is of a batch the durable checkpoint had covered, and recovery skips every
 //! record of a batch at or below redb's checkpoint before looking at anything else (a checkpoint
@@ -50,11 +50,12 @@
 //! On open, every intact record after it is applied in batch order (the newest entry of each key
 //! kept) and written to redb in one transaction, table by table where a checkpoint would write
 //! it (`placement.rs`); then the log is deleted. Bytes that are not an intact record (a torn
-//! write at the tail) are skipped. A batch may be missing only if no later record says it had been made durable: in
-//! fsync mode each record's `synced` is its predecessor, so a missing batch followed by any
-//! intact record is corruption ([`StorageError::Corrupted`]), while in no-sync mode unsynced
-//! records may reach the disk out of order after a power loss and a hole in them just ends the
-//! replay. Each record is checked whole, so a batch applies entirely or not at all.
+//! write at the tail) are skipped. A batch may be missing only if no later record says it had
+//! been made durable: in fsync mode each record's `synced` is its predecessor, so a missing
+//! batch followed by any intact record is corruption ([`StorageError::Corrupted`]), while in
+//! no-sync mode unsynced records may reach the disk out of order after a power loss and a hole
+//! in them just ends the replay. Each record is checked whole, so a batch applies entirely or
+//! not at all.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
