@@ -253,6 +253,8 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
     }
     let mut last = checkpointed;
     // The newest entry of each key, per table: written like a checkpoint's, after the replay.
+    // In memory meanwhile: what the layers held before the crash, plus what non-durable
+    // checkpoints had applied since the last durable one (the log keeps both).
     let mut changes: [TableMap; TABLE_COUNT] = Default::default();
     for path in &segments {
         let data = fs::read(path)?;
