@@ -36,7 +36,7 @@ pub(crate) enum Woke<J> {
 
 /// Where the current batch's jobs come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Lane {
+enum Lane {
     Client,
     Background,
 }
