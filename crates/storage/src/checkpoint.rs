@@ -3,10 +3,10 @@
 //! applies committed layers to redb in large transactions and then drops them.
 //!
 //! Why: redb's copy-on-write B-tree copies, writes and checksums every page a transaction
-//! touches. A batch of ~64 documents with ~11 index entries each lands on hundreds of random
-//! leaves, so committing every batch to redb rewrote a 4 KiB page for nearly every entry; the
-//! writer spent ~70% of its time there. Logging the batch to the WAL and checkpointing many
-//! batches at once touches each page once per checkpoint instead of once per batch.
+//! touches. A batch's documents and their index entries land on hundreds of random leaves, so
+//! committing every batch to redb rewrote a page for nearly every entry, and that was most of
+//! the writer's time. Logging the batch to the WAL and checkpointing many batches at once
+//! touches each page once per checkpoint instead of once per batch.
 //!
 //! Most checkpoints commit to redb without durability (`Durability::None`: the dirty pages stay
 //! in redb's write buffer, nothing is written to the file or synced), and one every
@@ -15,26 +15,25 @@
 //! durable checkpoint, and the log holds every batch after it.
 
 use std::collections::binary_heap::{BinaryHeap, PeekMut};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::layer::{Base, Filter, Layer, Snapshot};
+use crate::metrics::Metrics;
 use crate::runs;
 use crate::runs::merger::{Merges, RUNS_MAX};
 use crate::tables::{Table, STATE, STATE_CHECKPOINT};
 use crate::wal::Segments;
-use crate::writer::Metrics;
 use crate::StorageError;
 
 /// The merger thread's nice value (0 normal, 19 lowest).
 const MERGER_NICE: i32 = 10;
 /// Merger threads. Each takes the newest stretch of runs that is due and not being merged, so
 /// while one is in a long merge of large runs another keeps merging the small new ones. With
-/// one, the level-0 runs a checkpoint writes every ~0.7 s piled up behind such a merge until
-/// `RUNS_MAX`, where the checkpointer merges before it returns and writes wait for it (seen at
-/// 12,000 RockBench events/s after a few minutes: 20 runs, then the layers at their bound).
+/// one, under sustained ingest the level-0 runs checkpoints keep writing piled up behind such a
+/// merge until `RUNS_MAX`, where the checkpointer merges before it returns and writes wait for
+/// it (then the layers reached their bound too).
 /// The last of them takes only runs of levels below [`SMALL_LEVELS`]: with a checkpoint (and so
 /// a new run) every 50 ms, two mergers both in long merges of large runs let the new ones reach
 /// `RUNS_MAX` within a second.
@@ -196,9 +195,7 @@ impl Shared {
         });
         let old = std::mem::replace(&mut state.snapshot, snapshot);
         state.layers_bytes += bytes;
-        self.metrics
-            .layers_bytes
-            .store(state.layers_bytes as u64, Relaxed);
+        self.metrics.set_layers_bytes(state.layers_bytes);
         drop(state);
         drop(old);
         if wake {
@@ -220,7 +217,7 @@ impl Shared {
             }
             if !stalled {
                 stalled = true;
-                self.metrics.writer_stalls.fetch_add(1, Relaxed);
+                self.metrics.writer_stalled();
             }
             state.writer_waiting = true;
             self.changed.notify_all();
@@ -264,7 +261,7 @@ impl Shared {
 /// it the pages that non-durable checkpoints write stay in the page cache (the kernel's own
 /// writeback starts only at gigabytes, or after 30 s) until the next durable checkpoint's
 /// `fsync` flushes them all at once: hundreds of megabytes at high ingest rates, during which
-/// the log's own `fdatasync`s queue behind them and every client write stalls for 100-200 ms.
+/// the log's own `fdatasync`s queue behind them and every client write stalls.
 /// Started early, the writes spread over the interval. Best effort: an error only loses that.
 fn start_writeback(file: &std::fs::File) {
     use std::os::fd::AsRawFd;
@@ -280,8 +277,8 @@ fn start_writeback(file: &std::fs::File) {
 /// read once, in order, and compared only with the other layers' current keys (a heap of one
 /// per layer), so a checkpoint of n entries in k layers costs about n log k comparisons of keys
 /// that are in the cache. Copying every key into one buffer and sorting it (before) cost n log n
-/// comparisons and, above all, faulting in fresh pages for that buffer at every checkpoint:
-/// 15% of the checkpointer's time at 20,000 events/s.
+/// comparisons and, above all, faulting in fresh pages for that buffer at every checkpoint, a
+/// large share of the checkpointer's time under heavy ingest.
 fn newest_sorted(layers: &[Arc<Layer>], table: Table) -> Vec<(&[u8], Option<&[u8]>)> {
     let entries = layers.iter().map(|l| l.changes.table(table).len()).sum();
     let mut out = Vec::with_capacity(entries);
@@ -479,10 +476,8 @@ impl Checkpointer {
                         state.served = state.served.max(request);
                     }
                     let metrics = &self.shared.metrics;
-                    metrics
-                        .layers_bytes
-                        .store(state.layers_bytes as u64, Relaxed);
-                    metrics.checkpoints.fetch_add(1, Relaxed);
+                    metrics.set_layers_bytes(state.layers_bytes);
+                    metrics.checkpoint_done();
                     drop(state);
                     self.shared.changed.notify_all();
                     drop(old);
@@ -491,10 +486,7 @@ impl Checkpointer {
                     if durable {
                         progress.durable = last;
                         progress.pending_since = None;
-                        self.shared
-                            .metrics
-                            .durable_checkpoints
-                            .fetch_add(1, Relaxed);
+                        self.shared.metrics.durable_checkpoint_done();
                         if let Some(segments) = &self.segments {
                             // A segment that cannot be deleted now is retried after the next
                             // durable checkpoint; recovery skips its records meanwhile.
@@ -510,7 +502,7 @@ impl Checkpointer {
                     }
                 }
                 Err(err) => {
-                    self.shared.metrics.commit_failures.fetch_add(1, Relaxed);
+                    self.shared.metrics.commit_failed();
                     state.failed.get_or_insert(err);
                     drop(state);
                     self.shared.changed.notify_all();
@@ -616,10 +608,7 @@ impl Checkpointer {
     ) -> Result<Base, StorageError> {
         let waited = Instant::now();
         let mut txn = self.db.begin_write()?;
-        self.shared
-            .metrics
-            .checkpoint_wait_nanos
-            .fetch_add(nanos_since(waited), Relaxed);
+        self.shared.metrics.checkpoint_waited(waited.elapsed());
         if durable {
             txn.set_durability(redb::Durability::Immediate)?;
             // Saves redb's allocator state with the commit, so that a crashed file reopens
@@ -635,24 +624,10 @@ impl Checkpointer {
             }
             let started = Instant::now();
             let count = entries.len() as u64;
-            match table {
-                // One new run instead of a B-tree insert per entry (`runs.rs`).
-                Table::Index => drop(runs::append(&txn, entries, 0)?),
-                // Appended as blocks, not one B-tree insert per record (`logblocks.rs`).
-                Table::Log => crate::logblocks::append(&txn, entries)?,
-                _ => {
-                    let mut raw = txn.open_table(table.definition())?;
-                    for (key, value) in entries {
-                        match value {
-                            Some(value) => drop(raw.insert(key, value)?),
-                            None => drop(raw.remove(key)?),
-                        }
-                    }
-                }
-            }
-            let m = &self.shared.metrics;
-            m.checkpoint_entries[table.index()].fetch_add(count, Relaxed);
-            m.checkpoint_nanos[table.index()].fetch_add(nanos_since(started), Relaxed);
+            crate::placement::write_sorted(&txn, table, entries)?;
+            self.shared
+                .metrics
+                .checkpoint_wrote(table, count, started.elapsed());
         }
         {
             let mut state = txn.open_table(STATE)?;
@@ -660,12 +635,6 @@ impl Checkpointer {
         }
         let started = Instant::now();
         txn.commit()?;
-        if durable {
-            self.shared
-                .metrics
-                .durable_commit
-                .observe(started.elapsed());
-        }
         if !durable {
             if let Some(file) = &self.file {
                 start_writeback(file);
@@ -673,13 +642,9 @@ impl Checkpointer {
         }
         self.shared
             .metrics
-            .checkpoint_commit_nanos
-            .fetch_add(nanos_since(started), Relaxed);
+            .checkpoint_committed(started.elapsed(), durable);
         let base = Base::open(&self.db, &self.merges.cache)?;
-        self.merges
-            .metrics
-            .index_runs
-            .store(base.runs.len() as u64, Relaxed);
+        self.merges.metrics.set_index_runs(base.runs.len());
         if base.runs.len() < RUNS_MAX {
             // The merger merges in the background; a full channel means it is awake already.
             if base.runs.len() >= runs::MERGE_WIDTH {
@@ -701,9 +666,8 @@ impl Checkpointer {
     }
 }
 
-fn nanos_since(t: Instant) -> u64 {
-    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
+#[cfg(test)]
+mod tests;
 
 #[cfg(test)]
 mod due_tests {

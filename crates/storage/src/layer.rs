@@ -16,13 +16,11 @@ use redb::{ReadOnlyTable, ReadableDatabase, ReadableTableMetadata};
 use std::ops::Bound;
 
 use crate::logblocks::LogBase;
-use crate::merge::{BaseRange, Merged, Source};
+use crate::merge::{BaseRange, Merged, Side, Source};
+use crate::placement::{placement, Placement};
 use crate::runs::{self, RunCache, RunMeta, RunRange};
-use crate::tables::{self, KeyBounds, Table, RUN_BLOCKS, RUN_META, TABLE_COUNT};
+use crate::tables::{self, KeyBounds, Table, TableMap, RUN_BLOCKS, RUN_META, TABLE_COUNT};
 use crate::StorageError;
-
-/// One table's pending changes: key -> `Some(value)` for a put, `None` for a delete.
-pub(crate) type TableMap = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 
 type RawTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
 
@@ -249,9 +247,9 @@ fn range_segment(bounds: &KeyBounds<'_>) -> Option<u64> {
 }
 
 /// A Bloom filter over one table's keys in one layer: about 24 bits per key, 3 bits per key all
-/// in one 64-bit word chosen by the hash (a blocked filter), so 0.1-0.3% of the layers that
-/// lack a key are searched anyway. At 10 bits per key it was 0.4-1.5%, and the map lookups of
-/// those false positives were most of the writer's time in `Snapshot::get` during inserts (a
+/// in one 64-bit word chosen by the hash (a blocked filter), so few of the layers that lack a
+/// key are searched anyway. With fewer bits per key the map lookups of those false positives
+/// were most of the writer's time in `Snapshot::get` during inserts (a
 /// point lookup checks every in-memory layer, up to a second of batches). One word per probe
 /// instead of three scattered ones: the scattered probes were a visible share of those reads.
 struct Bloom {
@@ -303,11 +301,11 @@ impl Bloom {
 /// One Bloom filter over every key of every layer published since a checkpoint (a
 /// generation), in all tables. A point lookup whose key it does not hold skips all those layers
 /// at once instead of probing each layer's own filter: with up to a second of batches in
-/// memory, one probe per layer was ~18% of the writer's time during inserts. Bits are only ever
-/// set, so a snapshot may share its generation's filter with later snapshots: they only add
-/// false positives for it. A checkpoint starts a new generation holding the layers it left.
-/// Fixed size: past the keys it was sized for, it passes more absent keys, which then take the
-/// per-layer path (slower, never wrong).
+/// memory, one probe per layer was a large share of the writer's time during inserts. Bits are
+/// only ever set, so a snapshot may share its generation's filter with later snapshots: they
+/// only add false positives for it. A checkpoint starts a new generation holding the layers it
+/// left. Fixed size: past the keys it was sized for, it passes more absent keys, which then take
+/// the per-layer path (slower, never wrong).
 pub(crate) struct Filter {
     words: Box<[AtomicU64]>,
 }
@@ -483,13 +481,14 @@ impl Snapshot {
                 }
             }
         }
-        if table == Table::Index {
-            if let Some(found) = runs::get(&self.base.run_blocks, &self.base.runs, key)? {
-                return Ok(found);
+        match placement(table) {
+            Placement::Runs => {
+                if let Some(found) = runs::get(&self.base.run_blocks, &self.base.runs, key)? {
+                    return Ok(found);
+                }
             }
-        }
-        if table == Table::Log {
-            return self.base.log.get(key);
+            Placement::Blocks => return self.base.log.get(key),
+            Placement::Tree => {}
         }
         let found = self.base.table(table).get(key)?;
         Ok(found.map(|guard| guard.value().to_vec()))
@@ -506,14 +505,15 @@ impl Snapshot {
         if tables::is_empty_range(&bounds) {
             return Ok(Merged::empty());
         }
-        let mut sources = if table == Table::Log {
+        let place = placement(table);
+        let mut sources = if place == Placement::Blocks {
             vec![Source::Log(self.base.log.range(bounds)?)]
         } else {
             vec![Source::Redb(BaseRange::new(
                 self.base.table(table).range::<&[u8]>(bounds)?,
             ))]
         };
-        if table == Table::Index {
+        if place == Placement::Runs {
             let blocks = &self.base.run_blocks;
             sources.extend(self.base.runs.iter().filter_map(|run| {
                 let range = RunRange::new(blocks, run.clone(), bounds);
@@ -532,13 +532,17 @@ impl Snapshot {
 
     /// The number of entries in `table`: redb's count (constant time) corrected by every key
     /// the layers mention, which costs one redb lookup per such key.
-    /// Index runs and log blocks have no count: for [`Table::Index`] and [`Table::Log`] this
-    /// scans the whole table.
+    /// Index runs and log blocks have no count: for a table stored there this scans the whole
+    /// table.
     pub(crate) fn len(&self, table: Table) -> Result<u64, StorageError> {
-        if matches!(table, Table::Index | Table::Log) {
-            let all = self.merged(table, (Bound::Unbounded, Bound::Unbounded), &[])?;
-            let mut all = crate::ReadRange::from_merged(all);
-            return all.try_fold(0, |n, entry| entry.map(|_| n + 1));
+        if placement(table) != Placement::Tree {
+            let mut all = self.merged(table, (Bound::Unbounded, Bound::Unbounded), &[])?;
+            let mut len = 0;
+            while let Some(entry) = all.step(Side::Front) {
+                entry?;
+                len += 1;
+            }
+            return Ok(len);
         }
         let raw = self.base.table(table);
         let mut newest: BTreeMap<&[u8], bool> = BTreeMap::new();

@@ -5,16 +5,13 @@
 //! # Why a write-ahead log in front of redb
 //!
 //! redb is a copy-on-write B-tree: a transaction copies, writes and checksums every page it
-//! touches. Herald's inserts are ~1 KB documents with ~11 automatically indexed fields, and
-//! index entries land on random leaves, so when every batch of ~64 documents was its own redb
-//! transaction, nearly every entry cost a whole 4 KiB page copy plus its write and checksum at
-//! commit. The writer thread was saturated (about 30% in B-tree inserts, 40% in commit) at
-//! ~4,400 durable inserts/s (`cargo run --release -p herald-db --example insert_load 64`).
-//! Now a batch is made durable by appending one record to a log and syncing it; redb receives
-//! the batches later, many at once, on another thread (a checkpoint), so a page touched by many
-//! batches is copied and written once per checkpoint instead of once per batch. The same load
-//! runs at ~10,000-18,000/s on the same (shared, two-core) machine, with about half the CPU per
-//! insert (`docs/storage.md` has the numbers).
+//! touches. A document insert writes the document and its index entries, which land on random
+//! leaves, so when every batch was its own redb transaction nearly every entry cost a whole
+//! page copy plus its write and checksum at commit, and the writer thread spent most of its
+//! time in B-tree inserts and commits. Now a batch is made durable by appending one record to a
+//! log and syncing it; redb receives the batches later, many at once, on another thread (a
+//! checkpoint), so a page touched by many batches is copied and written once per checkpoint
+//! instead of once per batch (`docs/storage.md` has the measurements).
 //!
 //! # The files and the tables
 //!
@@ -52,12 +49,14 @@
 //!    after a failed write or fsync is unknown); reopen it.
 //!
 //! Jobs submitted with [`Store::submit_background`] (work no client waits on: trigger tasks,
-//! index builds) wait in a second queue and join a batch after its foreground jobs, only while
-//! the batch is younger than a small budget (at least one per batch, so they always progress).
-//! A backlog of background work therefore delays a client's write by about that budget plus
-//! one background job, not by the whole backlog. A heavy background job
-//! ([`Store::submit_background_heavy`]) runs only at the head of a batch, after the foreground
-//! jobs queued before it have committed without it.
+//! index builds) wait in a second queue. A batch holds client jobs or background jobs, never
+//! both, and when both wait the two take turns. A background batch takes more background jobs
+//! only while it is younger than a small budget, and stops as soon as a client job waits (it
+//! runs at least one, so background work always progresses): a backlog of background work
+//! delays a client's write by at most one background job plus its own batch's sync, not by the
+//! whole backlog. A heavy background job ([`Store::submit_background_heavy`]) runs only at the
+//! head of a batch, after the client jobs queued before it have had a batch without it. The
+//! whole policy is one pure type, `writer/lanes.rs`.
 //!
 //! So a ticket never resolves before its writes are durable: acknowledged means durable. The
 //! loop is pipelined: while the log thread syncs batch N, the writer already runs batch N+1's
@@ -167,30 +166,59 @@
 //! checks that only about the last `nosync_lag_ms_max` of acknowledged writes can be lost.
 //! SIGKILL tests process crashes; surviving power loss rests on fdatasync of the log and
 //! redb's fsync-based commit, which these tests cannot simulate.
+//!
+//! # Modules, bottom up
+//!
+//! A module imports only from the crate root (options and bounds) and the modules above it in
+//! this list; there are no import cycles.
+//!
+//! 1. `error` ([`StorageError`]), `tables` ([`Table`], [`Entry`], a table's pending changes,
+//!    key ranges, the u64 codec), `keysort`, `metrics` (every counter and [`MetricsSnapshot`]).
+//! 2. `runs/` and `logblocks`: the stored forms of the `index` and `log` tables in redb.
+//! 3. `placement`: which table is stored how; the one function that writes a table's sorted
+//!    entries there (checkpoints and the log's replay).
+//! 4. `merge`: lazy, double-ended merged scans over redb, runs, blocks and in-memory maps.
+//! 5. `layer`: `Changes`, `Layer`, `Base`, `Snapshot` (reads by the placement).
+//! 6. `read` ([`ReadTxn`]) and `write` ([`WriteTxn`]); then `job` (jobs and [`Ticket`]s).
+//! 7. `wal/` (records, segments, the log thread, recovery) and then `checkpoint` (the state the
+//!    threads share and the checkpointer, which deletes the segments it covers).
+//! 8. `writer` (the writer thread) with `writer/lanes` (which jobs a batch takes: pure).
+//! 9. `store` ([`Store`]): opens the file, replays the log, starts the threads.
+//!
+//! `testing` holds helpers the unit tests share.
 
 mod checkpoint;
 mod error;
-mod histogram;
+mod job;
 mod keysort;
 mod layer;
 mod logblocks;
 mod merge;
+mod metrics;
+mod placement;
 mod read;
 mod runs;
 mod store;
 mod tables;
+#[cfg(test)]
+mod testing;
 mod wal;
 mod write;
 mod writer;
 
 pub use error::{StorageError, WriteError};
-pub use histogram::{Histogram, HistogramSnapshot};
+pub use job::{Ticket, TicketFuture};
 pub use layer::ReadPoint;
-pub use read::{Entry, ReadRange, ReadTxn};
+pub use metrics::{Histogram, HistogramSnapshot, MetricsSnapshot};
+pub use read::{ReadRange, ReadTxn};
 pub use store::{Store, FILE_NAME};
-pub use tables::{decode_u64, encode_u64, Table, ENTRY_BYTES_MAX, FORMAT_VERSION, TABLE_COUNT};
+pub use tables::{decode_u64, encode_u64, Entry, Table, FORMAT_VERSION, TABLE_COUNT};
 pub use write::{WriteRange, WriteTxn};
-pub use writer::{MetricsSnapshot, Ticket, TicketFuture};
+
+/// The largest key plus value, in bytes, that one entry may hold. redb's own ceiling is about
+/// 3.75 GiB per pair; this is far below it so that a runaway value fails its own job instead of
+/// a whole batch, and far above any document limit the database layer will set.
+pub const ENTRY_BYTES_MAX: usize = 1 << 30;
 
 /// Default bound on jobs waiting for the writer.
 pub const WRITE_QUEUE_MAX: usize = 4096;
@@ -201,7 +229,8 @@ pub const BATCH_MAX: usize = 1024;
 /// Default bound on background jobs waiting for the writer.
 pub const BACKGROUND_QUEUE_MAX: usize = 1024;
 
-/// Default time budget, per batch, for background jobs after the foreground ones.
+/// Default time budget of a background batch: it takes more background jobs only this long after
+/// its start.
 pub const BACKGROUND_BATCH_MS_MAX: u64 = 4;
 
 /// Default size of redb's page cache, in bytes (redb's own default).
@@ -263,8 +292,8 @@ pub struct StoreOptions {
     pub nosync_lag_ms_max: u64,
     /// Background jobs that may wait for the writer; must be at least 1.
     pub background_queue_max: usize,
-    /// How long a batch keeps taking background jobs after its foreground ones (at least one
-    /// background job is taken per batch whatever the budget).
+    /// How long a background batch keeps taking background jobs after its start, in ms (at
+    /// least one background job is taken per batch whatever the budget).
     pub background_batch_ms_max: u64,
     /// Checkpoint once committed batches not yet in redb hold this many bytes (estimated).
     pub checkpoint_bytes: usize,

@@ -10,8 +10,8 @@
 //! that key alone; [`append`] refuses a put that does not sort after the stored log.
 //!
 //! Why: one B-tree insert of a ~1 KB value per commit, into leaves that splits leave half full,
-//! was the largest part of what the commit log cost a checkpoint at 20,000 RockBench events/s
-//! (docs/benchmarks.md); a block is one insert of a full 16 KiB page for ~14 records.
+//! was the largest part of what the commit log cost a checkpoint under heavy ingest; a block is
+//! one insert of a full 16 KiB page for about 14 records of 1 KB.
 //!
 //! A block is a sequence of entries, each `key length (u32 LE) ++ key ++ value length (u32 LE)
 //! ++ value`. A block is closed before the entry that would take it over [`BLOCK_BYTES_MAX`]
@@ -23,8 +23,7 @@ use std::ops::Bound;
 
 use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 
-use crate::read::Entry;
-use crate::tables::{Def, KeyBounds};
+use crate::tables::{Def, Entry, KeyBounds};
 use crate::{StorageError, Table};
 
 /// The blocks: key = the block's first key, value = its entries.

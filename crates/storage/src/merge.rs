@@ -12,11 +12,9 @@
 use std::collections::btree_map;
 use std::ops::Bound;
 
-use crate::layer::TableMap;
 use crate::logblocks::LogRange;
-use crate::read::Entry;
 use crate::runs::RunRange;
-use crate::tables::{self, KeyBounds};
+use crate::tables::{self, Entry, KeyBounds, TableMap};
 use crate::StorageError;
 
 type MapRange<'a> = btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>;

@@ -12,11 +12,8 @@ use std::sync::Arc;
 
 use crate::layer::{ReadPoint, Snapshot};
 use crate::merge::{Merged, Side};
-use crate::tables::{self, Table};
+use crate::tables::{self, Entry, Table};
 use crate::StorageError;
-
-/// A key and its value, both owned.
-pub type Entry = (Vec<u8>, Vec<u8>);
 
 /// A read-only snapshot of the whole store as of the last commit before [`Store::read`]
 /// returned. Later commits are invisible to it.
@@ -88,12 +85,6 @@ impl ReadTxn {
 /// silently omits data is worse than one that stops.
 pub struct ReadRange<'a> {
     inner: Merged<'a>,
-}
-
-impl<'a> ReadRange<'a> {
-    pub(crate) fn from_merged(inner: Merged<'a>) -> Self {
-        ReadRange { inner }
-    }
 }
 
 impl Iterator for ReadRange<'_> {

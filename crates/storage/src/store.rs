@@ -8,12 +8,14 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::checkpoint::{Checkpointer, Limits, Shared};
+use crate::job::{BackgroundJob, Job, Msg, Ticket, TypedJob};
 use crate::layer::Base;
+use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::read::ReadTxn;
 use crate::tables::{Table, FORMAT_VERSION, RUN_BLOCKS, RUN_META, STATE, STATE_FORMAT};
 use crate::wal::{self, LogThread, Segments, Wal, WalWriter};
 use crate::write::WriteTxn;
-use crate::writer::{BackgroundJob, Job, Metrics, MetricsSnapshot, Msg, Ticket, TypedJob, Writer};
+use crate::writer::{Channels, Lanes, Writer};
 use crate::{StorageError, StoreOptions};
 use redb::ReadableTable;
 
@@ -126,19 +128,18 @@ impl Store {
         let writer = Writer {
             after_batch: after_batch.clone(),
             sleeping: writer_sleeping.clone(),
-            foreground_open: true,
-            deferred: None,
-            yielded: false,
-            heavy_next: false,
-            peeked: None,
-            last_batch_client: false,
+            lanes: Lanes::new(
+                options.batch_max,
+                Duration::from_millis(options.background_batch_ms_max),
+            ),
             shared: shared.clone(),
             log: LogThread::spawn(wal, metrics.clone())?,
-            queue: receiver,
-            background: background_rx,
-            background_budget: Duration::from_millis(options.background_batch_ms_max),
+            channels: Channels {
+                queue: receiver,
+                background: background_rx,
+                foreground_open: true,
+            },
             durability: options.durability,
-            batch_max: options.batch_max,
             nosync_lag_max: Duration::from_millis(options.nosync_lag_ms_max),
             metrics: metrics.clone(),
             next_batch: last_batch + 1,
@@ -212,10 +213,11 @@ impl Store {
     }
 
     /// Like [`submit`](Store::submit), for work no client is waiting on (trigger tasks, index
-    /// builds). Background jobs run after the queued foreground jobs of a batch, only while
-    /// the batch is younger than `background_batch_ms_max` (and at least one per batch), so a
-    /// backlog of background work delays a client's write by about that budget, not by the
-    /// whole backlog. Blocks while `background_queue_max` background jobs wait.
+    /// builds). Background jobs run in batches of their own, taking turns with client jobs; a
+    /// background batch takes jobs only while it is younger than `background_batch_ms_max` (at
+    /// least one) and ends as soon as a client job waits, so a backlog of background work
+    /// delays a client's write by about one background job, not by the whole backlog. Blocks
+    /// while `background_queue_max` background jobs wait.
     pub fn submit_background<F, T, E>(&self, job: F) -> Result<Ticket<T, E>, StorageError>
     where
         F: FnOnce(&mut WriteTxn<'_>) -> Result<T, E> + Send + 'static,

@@ -8,10 +8,13 @@ use std::ops::{Bound, RangeBounds};
 
 use redb::TableDefinition;
 
-/// The largest key plus value, in bytes, that one entry may hold. redb's own ceiling is about
-/// 3.75 GiB per pair; this is far below it so that a runaway value fails its own job instead of
-/// a whole batch, and far above any document limit the database layer will set.
-pub const ENTRY_BYTES_MAX: usize = 1 << 30;
+use crate::ENTRY_BYTES_MAX;
+
+/// A key and its value, both owned.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+/// One table's pending changes: key -> `Some(value)` for a put, `None` for a delete.
+pub(crate) type TableMap = std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 
 /// One of the store's tables. Keys and values are byte strings; keys sort in byte order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

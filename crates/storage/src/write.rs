@@ -6,19 +6,16 @@
 //! checkpointed, and redb. Its puts and deletes go straight into the batch, each remembering
 //! what it replaced; on `Err` or panic the writer puts those back in reverse order, so a failed
 //! job leaves no trace, and the jobs after it never see its writes. (A private overlay folded
-//! into the batch on success cost every write a second ordered insert: ~12% of the writer's
-//! time in a burst of small upserts.)
+//! into the batch on success cost every write a second ordered insert, a visible share of the
+//! writer's time in bursts of small upserts.)
 
 use std::ops::RangeBounds;
 
 use std::cell::OnceCell;
 
-use crate::layer::{
-    key_hash, sorted_newest, Changes, ReadPoint, Snapshot, TableMap, APPENDED_TABLE,
-};
+use crate::layer::{key_hash, sorted_newest, Changes, ReadPoint, Snapshot, APPENDED_TABLE};
 use crate::merge::{Merged, Side};
-use crate::read::Entry;
-use crate::tables::{self, KeyBounds, Table};
+use crate::tables::{self, Entry, KeyBounds, Table, TableMap};
 use crate::StorageError;
 
 /// One write of a job, to undo: the key and what the batch held under it before (`None`:

@@ -1,295 +1,30 @@
-//! The group-commit writer: the type-erased [`Job`], the one writer thread's loop (drain up to
-//! `batch_max` queued jobs, run them in order against the current snapshot, have the log
-//! thread write the batch's changes to the WAL with one sync, publish them as a layer, then
-//! resolve every waiter), the [`Ticket`] a submitter waits on, and the store's [`Metrics`].
+//! The group-commit writer: the one writer thread's loop (take a batch of queued jobs, run them
+//! in order against the current snapshot, have the log thread write the batch's changes to the
+//! WAL with one sync, publish them as a layer, then resolve every waiter).
 //!
-//! Not here: opening the file and the queue itself (`store.rs`), what a job can do (`write.rs`),
-//! the log (`wal/`), getting layers into redb (`checkpoint.rs`).
+//! Not here: which jobs a batch takes (`writer/lanes.rs`), jobs and tickets (`job.rs`), opening
+//! the file and the queues (`store.rs`), what a job can do (`write.rs`), the log (`wal/`),
+//! getting layers into redb (`checkpoint.rs`).
 
-use std::any::Any;
-use std::future::{Future, IntoFuture};
 use std::panic::{self, AssertUnwindSafe};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::Shared;
 use crate::error::commit_error;
+use crate::job::{BackgroundJob, Job, Msg, Ran};
 use crate::layer::{Changes, Layer};
-use crate::tables::TABLE_COUNT;
 use crate::wal::{LogRequest, LogThread};
 use crate::write::{Hook, WriteTxn};
+use crate::{Durability, StorageError};
+pub(crate) use lanes::Lanes;
+use lanes::{Queues, Woke};
+
+mod lanes;
 
 /// Called on the writer thread once a batch's hooks have run (a batch without hooks skips it).
 pub(crate) type AfterBatch = Box<dyn Fn() + Send + Sync>;
-use crate::{Durability, StorageError, WriteError};
-
-type Reply<T, E> = Result<T, WriteError<E>>;
-
-/// What the foreground queue carries: a job, or a wake-up telling the writer that a background
-/// job is waiting (so the writer can sleep on one queue).
-pub(crate) enum Msg {
-    Job(Box<dyn Job>),
-    Wake,
-}
-
-/// A queued background job. A heavy one (a large trigger task) runs only as the first job of a
-/// batch, never behind client jobs that happen to share its batch.
-pub(crate) struct BackgroundJob {
-    pub(crate) job: Box<dyn Job>,
-    pub(crate) heavy: bool,
-}
-
-/// A queued write, its result type erased so one queue carries every kind of job.
-pub(crate) trait Job: Send {
-    /// Runs the job against `txn`. The writer applies `txn`'s writes only if `Ran::ok`.
-    fn run(self: Box<Self>, txn: &mut WriteTxn<'_>) -> Ran;
-    /// Resolves the waiter with `err` without running the job.
-    fn fail(self: Box<Self>, err: StorageError);
-}
-
-/// A job that has run: whether it succeeded, and how to tell its waiter once the batch's fate
-/// (`None`: committed, `Some`: failed) is known.
-pub(crate) struct Ran {
-    ok: bool,
-    deliver: Deliver,
-}
-
-/// Tells one waiter its result, given the batch's error if it did not commit.
-type Deliver = Box<dyn FnOnce(Option<&StorageError>)>;
-
-/// The concrete job behind `Box<dyn Job>`: the caller's closure and its waiter's channel.
-pub(crate) struct TypedJob<F, T, E> {
-    pub(crate) f: F,
-    pub(crate) reply: oneshot::Sender<Reply<T, E>>,
-}
-
-impl<F, T, E> Job for TypedJob<F, T, E>
-where
-    F: FnOnce(&mut WriteTxn<'_>) -> Result<T, E> + Send + 'static,
-    T: Send + 'static,
-    E: Send + 'static,
-{
-    fn run(self: Box<Self>, txn: &mut WriteTxn<'_>) -> Ran {
-        let TypedJob { f, reply } = *self;
-        // A panicking job must not take the writer (and every other waiter) down with it; its
-        // overlay is discarded like that of a job that returned `Err`.
-        let outcome = match panic::catch_unwind(AssertUnwindSafe(|| f(txn))) {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(err)) => Err(WriteError::Job(err)),
-            Err(payload) => Err(WriteError::Storage(StorageError::JobPanicked(
-                panic_message(payload.as_ref()),
-            ))),
-        };
-        Ran {
-            ok: outcome.is_ok(),
-            deliver: Box::new(move |batch_error| {
-                let reply_value = match batch_error {
-                    None => outcome,
-                    Some(err) => Err(WriteError::Storage(err.clone())),
-                };
-                // The waiter may have given up (dropped its ticket); that is its choice.
-                let _ = reply.send(reply_value);
-            }),
-        }
-    }
-
-    fn fail(self: Box<Self>, err: StorageError) {
-        let _ = self.reply.send(Err(WriteError::Storage(err)));
-    }
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
-    }
-}
-
-/// The promise of a submitted job's result, resolved only after the job's batch has committed
-/// (and, in [`Durability::Fsync`](crate::Durability::Fsync) mode, reached the disk).
-///
-/// Wait from blocking code with [`wait`](Ticket::wait), or `.await` it from any async runtime.
-#[must_use = "a ticket is the only way to learn whether the write committed"]
-pub struct Ticket<T, E> {
-    pub(crate) reply: oneshot::Receiver<Reply<T, E>>,
-}
-
-impl<T, E> Ticket<T, E> {
-    /// Blocks until the job's batch has committed or failed.
-    pub fn wait(self) -> Reply<T, E> {
-        self.reply.recv().unwrap_or_else(|_| closed())
-    }
-
-    /// Like [`wait`](Ticket::wait), but gives up after `timeout` and returns `None`; the job
-    /// still runs and the ticket can be waited on again.
-    pub fn wait_timeout(&self, timeout: Duration) -> Option<Reply<T, E>> {
-        match self.reply.recv_timeout(timeout) {
-            Ok(reply) => Some(reply),
-            Err(oneshot::RecvTimeoutError::Timeout) => None,
-            Err(oneshot::RecvTimeoutError::Disconnected) => Some(closed()),
-        }
-    }
-}
-
-fn closed<T, E>() -> Reply<T, E> {
-    // The job was dropped unrun: the writer thread is gone.
-    Err(WriteError::Storage(StorageError::Closed))
-}
-
-impl<T, E> IntoFuture for Ticket<T, E> {
-    type Output = Reply<T, E>;
-    type IntoFuture = TicketFuture<T, E>;
-
-    fn into_future(self) -> TicketFuture<T, E> {
-        TicketFuture {
-            reply: self.reply.into_future(),
-        }
-    }
-}
-
-/// A [`Ticket`] being awaited. Runtime-agnostic: the writer thread wakes the task's waker.
-pub struct TicketFuture<T, E> {
-    reply: oneshot::AsyncReceiver<Reply<T, E>>,
-}
-
-impl<T, E> Future for TicketFuture<T, E> {
-    type Output = Reply<T, E>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.reply)
-            .poll(cx)
-            .map(|received| received.unwrap_or_else(|_| closed()))
-    }
-}
-
-/// Counters the writer and the checkpointer update; plain atomics, cheap to read at any time.
-#[derive(Debug, Default)]
-pub(crate) struct Metrics {
-    commits: AtomicU64,
-    pub(crate) commit_failures: AtomicU64,
-    jobs_committed: AtomicU64,
-    jobs_failed: AtomicU64,
-    last_batch_size: AtomicU64,
-    pub(crate) checkpoints: AtomicU64,
-    pub(crate) durable_checkpoints: AtomicU64,
-    pub(crate) layers_bytes: AtomicU64,
-    pub(crate) writer_stalls: AtomicU64,
-    /// Per table (in [`Table::ALL`](crate::Table::ALL) order): entries checkpointed into
-    /// redb, and the time their inserts and removes took.
-    pub(crate) checkpoint_entries: [AtomicU64; TABLE_COUNT],
-    pub(crate) checkpoint_nanos: [AtomicU64; TABLE_COUNT],
-    /// Time checkpoints spent committing their redb transactions (page writes, and the sync of
-    /// durable ones).
-    pub(crate) checkpoint_commit_nanos: AtomicU64,
-    /// Time checkpoints waited for redb's one write transaction (held by a merge's chunk).
-    pub(crate) checkpoint_wait_nanos: AtomicU64,
-    /// Index runs listed after the last checkpoint, merges done, entries they read, and time.
-    pub(crate) index_runs: AtomicU64,
-    pub(crate) run_merges: AtomicU64,
-    pub(crate) run_merge_entries: AtomicU64,
-    pub(crate) run_merge_nanos: AtomicU64,
-    /// Bytes appended to the log, and how long each synced append (write and `fdatasync`)
-    /// or lone sync took.
-    pub(crate) log_bytes: AtomicU64,
-    pub(crate) log_sync: crate::Histogram,
-    /// How long each durable checkpoint's redb commit (its page writes and sync) took.
-    pub(crate) durable_commit: crate::Histogram,
-}
-
-/// A snapshot of the writer's counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MetricsSnapshot {
-    /// Batches committed (one WAL append, and one fsync in `Fsync` mode, each).
-    pub commits: u64,
-    /// Batches whose commit failed (every job in them got the error), and failed checkpoints.
-    pub commit_failures: u64,
-    /// Jobs whose writes were committed.
-    pub jobs_committed: u64,
-    /// Jobs that returned `Err` or panicked (their writes were discarded).
-    pub jobs_failed: u64,
-    /// How many jobs the most recent batch held.
-    pub last_batch_size: u64,
-    /// Checkpoints done: committed batches applied to redb in one transaction.
-    pub checkpoints: u64,
-    /// Of those, the durable ones (redb synced; log segments they cover may be deleted).
-    pub durable_checkpoints: u64,
-    /// Memory held by committed batches not yet checkpointed (an estimate), in bytes.
-    pub layers_bytes: u64,
-    /// Times the writer waited for a checkpoint because the layers held `layers_bytes_max`.
-    pub writer_stalls: u64,
-    /// Per table (in [`Table::ALL`](crate::Table::ALL) order): entries checkpointed into redb
-    /// (after the newest of each key was kept), and nanoseconds their inserts and removes took.
-    pub checkpoint_entries: [u64; TABLE_COUNT],
-    pub checkpoint_nanos: [u64; TABLE_COUNT],
-    /// Nanoseconds checkpoints spent committing their redb transactions.
-    pub checkpoint_commit_nanos: u64,
-    /// Nanoseconds checkpoints waited for redb's write transaction, which merges take too.
-    pub checkpoint_wait_nanos: u64,
-    /// Index runs the store holds (as of the last checkpoint).
-    pub index_runs: u64,
-    /// Merges of index runs done, the entries they read, and the nanoseconds they took
-    /// (reading, writing and committing).
-    pub index_run_merges: u64,
-    pub index_run_merge_entries: u64,
-    pub index_run_merge_nanos: u64,
-    /// Bytes appended to the write-ahead log.
-    pub log_bytes: u64,
-    /// Each synced log append (write and `fdatasync`: what a batch waits for in `Fsync`
-    /// mode), and each lone sync.
-    pub log_sync: crate::HistogramSnapshot,
-    /// Each durable checkpoint's redb commit: writing the pages non-durable checkpoints left in
-    /// redb's buffer, and syncing the file. The log's syncs meanwhile share the disk with it.
-    pub durable_commit: crate::HistogramSnapshot,
-}
-
-impl MetricsSnapshot {
-    /// Per table: its name, the entries checkpointed into it, and the nanoseconds that took.
-    pub fn checkpoint_tables(&self) -> impl Iterator<Item = (&'static str, u64, u64)> + '_ {
-        crate::Table::ALL.iter().map(|t| {
-            (
-                t.name(),
-                self.checkpoint_entries[t.index()],
-                self.checkpoint_nanos[t.index()],
-            )
-        })
-    }
-}
-
-impl Metrics {
-    pub(crate) fn snapshot(&self) -> MetricsSnapshot {
-        // Relaxed is enough: a waiter that needs the counters of its own batch is ordered after
-        // the update by the reply channel.
-        MetricsSnapshot {
-            commits: self.commits.load(Relaxed),
-            commit_failures: self.commit_failures.load(Relaxed),
-            jobs_committed: self.jobs_committed.load(Relaxed),
-            jobs_failed: self.jobs_failed.load(Relaxed),
-            last_batch_size: self.last_batch_size.load(Relaxed),
-            checkpoints: self.checkpoints.load(Relaxed),
-            durable_checkpoints: self.durable_checkpoints.load(Relaxed),
-            layers_bytes: self.layers_bytes.load(Relaxed),
-            writer_stalls: self.writer_stalls.load(Relaxed),
-            checkpoint_entries: self.checkpoint_entries.each_ref().map(|a| a.load(Relaxed)),
-            checkpoint_nanos: self.checkpoint_nanos.each_ref().map(|a| a.load(Relaxed)),
-            checkpoint_commit_nanos: self.checkpoint_commit_nanos.load(Relaxed),
-            checkpoint_wait_nanos: self.checkpoint_wait_nanos.load(Relaxed),
-            index_runs: self.index_runs.load(Relaxed),
-            index_run_merges: self.run_merges.load(Relaxed),
-            index_run_merge_entries: self.run_merge_entries.load(Relaxed),
-            index_run_merge_nanos: self.run_merge_nanos.load(Relaxed),
-            log_bytes: self.log_bytes.load(Relaxed),
-            log_sync: self.log_sync.snapshot(),
-            durable_commit: self.durable_commit.snapshot(),
-        }
-    }
-}
 
 /// The state of the one writer thread.
 pub(crate) struct Writer {
@@ -297,33 +32,16 @@ pub(crate) struct Writer {
     /// Runs once after each committed batch's hooks (see `Store::on_batch_published`).
     pub(crate) after_batch: Arc<std::sync::OnceLock<AfterBatch>>,
     pub(crate) log: LogThread,
-    pub(crate) queue: Receiver<Msg>,
-    /// Background jobs (trigger tasks, index builds): they fill a batch after the foreground
-    /// jobs, within `background_budget` of the batch's start, and at least one per batch.
-    pub(crate) background: Receiver<BackgroundJob>,
-    pub(crate) background_budget: Duration,
+    /// The client and background queues.
+    pub(crate) channels: Channels,
     /// Set while the writer sleeps on the foreground queue (see `Store::submit_background`).
     pub(crate) sleeping: Arc<std::sync::atomic::AtomicBool>,
-    /// False once every foreground sender is gone (closing): the writer then drains the
-    /// background queue and stops.
-    pub(crate) foreground_open: bool,
-    /// A heavy background job met while filling a batch: it opens a later batch, after the
-    /// client jobs queued by then have had a batch without it.
-    pub(crate) deferred: Option<Box<dyn Job>>,
-    /// Whether the queued client jobs have had their batch ahead of `deferred` yet.
-    pub(crate) yielded: bool,
-    /// The next batch starts with a heavy job: finish the batch in flight before running it.
-    pub(crate) heavy_next: bool,
-    /// A client job taken from the queue to see whether one waits (see `pull_background`);
-    /// the next one `next_foreground` returns.
-    pub(crate) peeked: Option<Box<dyn Job>>,
-    /// The last batch held client jobs: background jobs, if any wait, have the next turn.
-    pub(crate) last_batch_client: bool,
+    /// Which lane, client or background, each batch's jobs come from ([`Lanes`]).
+    pub(crate) lanes: Lanes<Box<dyn Job>>,
     pub(crate) durability: Durability,
-    pub(crate) batch_max: usize,
     /// No-sync mode only: how long a logged batch may stay non-durable.
     pub(crate) nosync_lag_max: Duration,
-    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// The number the next batch that writes something gets.
     pub(crate) next_batch: u64,
 }
@@ -392,7 +110,7 @@ impl Writer {
                 }
                 Next::Closed => break,
             };
-            if std::mem::take(&mut self.heavy_next) {
+            if self.lanes.take_heavy_next() {
                 // A heavy job may run for a long time; the batch in flight is acknowledged
                 // first rather than after it (this batch gives up pipelining).
                 if let Some(previous) = in_flight.take() {
@@ -435,47 +153,16 @@ impl Writer {
 
     /// Waits for work: blocks only when no batch is in flight (then wakes for the no-sync
     /// deadline and for background jobs too); otherwise takes what is queued or reports `Idle`.
-    ///
-    /// A batch holds client (foreground) jobs or background jobs, never both, so a client's
-    /// acknowledgement waits for its own batch's sync and not for background work in it: while
-    /// a client batch syncs, the next (background) batch already runs, pipelined. When both
-    /// kinds wait they take turns, so neither starves. A deferred heavy background job opens a
-    /// batch of its own once the client jobs queued before it have had one without it.
+    /// Which jobs a batch takes is [`Lanes`]' policy.
     fn next(&mut self, busy: bool, volatile_since: Option<Instant>) -> Next {
-        let (first, client) = loop {
-            if self.deferred.is_some() {
-                if !self.yielded {
-                    self.yielded = true;
-                    if let Some(job) = self.next_foreground() {
-                        break (job, true);
-                    }
-                }
-                self.yielded = false;
-                self.heavy_next = true;
-                break (self.deferred.take().expect("checked"), false);
-            }
-            if self.last_batch_client {
-                if let Ok(b) = self.background.try_recv() {
-                    if b.heavy {
-                        // Clients queued before it get their batch first.
-                        self.deferred = Some(b.job);
-                        continue;
-                    }
-                    break (b.job, false);
-                }
-            }
-            if let Some(job) = self.next_foreground() {
-                break (job, true);
-            }
-            if let Ok(b) = self.background.try_recv() {
-                // No client job waits: a heavy job may start at once.
-                self.heavy_next = b.heavy;
-                break (b.job, false);
+        let first = loop {
+            if let Some(job) = self.lanes.first(&mut self.channels) {
+                break job;
             }
             if busy {
                 return Next::Idle;
             }
-            if !self.foreground_open {
+            if !self.channels.foreground_open {
                 return Next::Closed;
             }
             // Say so before sleeping, then look once more: a background job submitted after
@@ -483,67 +170,32 @@ impl Writer {
             use std::sync::atomic::{fence, Ordering::SeqCst};
             self.sleeping.store(true, SeqCst);
             fence(SeqCst);
-            if let Ok(b) = self.background.try_recv() {
+            if let Ok(b) = self.channels.background.try_recv() {
                 self.sleeping.store(false, SeqCst);
-                self.heavy_next = b.heavy;
-                break (b.job, false);
+                break self.lanes.woke(Woke::Background(b.job, b.heavy));
             }
             let received =
                 match volatile_since.and_then(|since| since.checked_add(self.nosync_lag_max)) {
                     None => self
+                        .channels
                         .queue
                         .recv()
                         .map_err(|_| RecvTimeoutError::Disconnected),
                     Some(deadline) => self
+                        .channels
                         .queue
                         .recv_timeout(deadline.saturating_duration_since(Instant::now())),
                 };
             self.sleeping.store(false, SeqCst);
             match received {
-                Ok(Msg::Job(job)) => break (job, true),
+                Ok(Msg::Job(job)) => break self.lanes.woke(Woke::Client(job)),
                 Ok(Msg::Wake) => continue,
                 Err(RecvTimeoutError::Timeout) => return Next::SyncDue,
                 // Closing: commit what the background queue still holds, then stop.
-                Err(RecvTimeoutError::Disconnected) => self.foreground_open = false,
+                Err(RecvTimeoutError::Disconnected) => self.channels.foreground_open = false,
             }
         };
-        self.last_batch_client = client;
-        let mut jobs = Vec::with_capacity(self.batch_max.min(1024));
-        jobs.push(first);
-        // A background batch takes more background jobs as it runs (`pull_background`).
-        while client && jobs.len() < self.batch_max {
-            match self.next_foreground() {
-                Some(job) => jobs.push(job),
-                None => break,
-            }
-        }
-        Next::Jobs(jobs)
-    }
-
-    /// The next queued foreground job, if any, skipping wake-ups.
-    fn next_foreground(&mut self) -> Option<Box<dyn Job>> {
-        if let Some(job) = self.peeked.take() {
-            return Some(job);
-        }
-        loop {
-            match self.queue.try_recv() {
-                Ok(Msg::Job(job)) => return Some(job),
-                Ok(Msg::Wake) => continue,
-                Err(TryRecvError::Empty) => return None,
-                Err(TryRecvError::Disconnected) => {
-                    self.foreground_open = false;
-                    return None;
-                }
-            }
-        }
-    }
-
-    /// Whether a client job is queued (it is kept in `peeked` for `next_foreground`).
-    fn foreground_waiting(&mut self) -> bool {
-        if self.peeked.is_none() {
-            self.peeked = self.next_foreground();
-        }
-        self.peeked.is_some()
+        Next::Jobs(self.lanes.batch(&mut self.channels, first))
     }
 
     /// Syncs the log while idle; a failure fails the store (after a failed fsync, what
@@ -554,7 +206,7 @@ impl Writer {
             Err(_) => Err(log_gone()),
         };
         if let Err(err) = result {
-            self.metrics.commit_failures.fetch_add(1, Relaxed);
+            self.metrics.commit_failed();
             self.shared.fail(err);
         }
     }
@@ -593,20 +245,14 @@ impl Writer {
         let snapshot = self.shared.snapshot_with(pending);
         let mut changes = Changes::default();
         // Only a background batch takes more background jobs; its first job counts as taken.
-        let mut pull = BackgroundPull {
-            room: if self.last_batch_client {
-                0
-            } else {
-                self.batch_max.saturating_sub(jobs.len())
-            },
-            until: Instant::now() + self.background_budget,
-            taken: jobs.len(),
-        };
+        let mut pull = self.lanes.pull(jobs.len(), Instant::now());
         let mut jobs = jobs.into_iter();
         loop {
-            let Some(job) = jobs.next().or_else(|| self.pull_background(&mut pull)) else {
-                break;
-            };
+            let job = jobs.next().or_else(|| {
+                self.lanes
+                    .pull_background(&mut self.channels, &mut pull, Instant::now())
+            });
+            let Some(job) = job else { break };
             let mut view = WriteTxn::new(&snapshot, &mut changes);
             let outcome = job.run(&mut view);
             batch.hooks.extend(view.finish(outcome.ok));
@@ -663,8 +309,8 @@ impl Writer {
             }
         }
         let failed = batch.ran.iter().filter(|r| !r.ok).count() as u64;
-        self.metrics.last_batch_size.store(batch.size, Relaxed);
-        self.metrics.jobs_failed.fetch_add(failed, Relaxed);
+        self.metrics
+            .batch_resolved(batch.size, failed, result.is_ok());
         match result {
             Ok(()) => {
                 if let Some(layer) = batch.layer {
@@ -675,10 +321,6 @@ impl Writer {
                         volatile_since.get_or_insert_with(Instant::now);
                     }
                 }
-                self.metrics.commits.fetch_add(1, Relaxed);
-                self.metrics
-                    .jobs_committed
-                    .fetch_add(batch.size - failed, Relaxed);
                 let hooks = !batch.hooks.is_empty();
                 for hook in batch.hooks {
                     // A panicking hook is reported by the panic hook; the writer carries on.
@@ -695,7 +337,6 @@ impl Writer {
             Err(err) => {
                 let err = commit_error(err);
                 self.shared.fail(err.clone());
-                self.metrics.commit_failures.fetch_add(1, Relaxed);
                 for r in batch.ran {
                     (r.deliver)(Some(&err));
                 }
@@ -712,42 +353,37 @@ fn log_gone() -> StorageError {
     StorageError::Internal("the log thread is gone".into())
 }
 
-/// How many background jobs a batch may still take, and until when: they join after the
-/// foreground jobs taken up front while the batch is younger than the budget (and at least
-/// one, so background work always progresses), up to `batch_max` jobs in all.
-struct BackgroundPull {
-    until: Instant,
-    room: usize,
-    taken: usize,
+/// The writer's two queues; as [`Queues`], never blocking and skipping wake-ups.
+pub(crate) struct Channels {
+    /// Client jobs, and the wake-ups background submitters send a sleeping writer.
+    pub(crate) queue: Receiver<Msg>,
+    /// Background jobs (trigger tasks, index builds).
+    pub(crate) background: Receiver<BackgroundJob>,
+    /// False once every foreground sender is gone (closing): the writer then drains the
+    /// background queue and stops.
+    pub(crate) foreground_open: bool,
 }
 
-impl Writer {
-    /// The next background job for the batch described by `pull`, if it may take one. A heavy
-    /// job is not taken: it is deferred to open a later batch.
-    fn pull_background(&mut self, pull: &mut BackgroundPull) -> Option<Box<dyn Job>> {
-        if pull.room == 0 || self.deferred.is_some() {
-            return None;
+impl Queues<Box<dyn Job>> for Channels {
+    fn client(&mut self) -> Option<Box<dyn Job>> {
+        loop {
+            match self.queue.try_recv() {
+                Ok(Msg::Job(job)) => return Some(job),
+                Ok(Msg::Wake) => continue,
+                Err(TryRecvError::Empty) => return None,
+                Err(TryRecvError::Disconnected) => {
+                    self.foreground_open = false;
+                    return None;
+                }
+            }
         }
-        if pull.taken > 0 && Instant::now() >= pull.until {
-            return None;
-        }
-        // A client job waiting ends a background batch, so it waits for at most the
-        // background job running when it came, not the whole budget.
-        if pull.taken > 0 && self.foreground_waiting() {
-            return None;
-        }
+    }
+
+    fn background(&mut self) -> Option<(Box<dyn Job>, bool)> {
         let b = self.background.try_recv().ok()?;
-        if b.heavy {
-            self.deferred = Some(b.job);
-            return None;
-        }
-        pull.room -= 1;
-        pull.taken += 1;
-        Some(b.job)
+        Some((b.job, b.heavy))
     }
 }
 
-#[cfg(test)]
-mod index_tests;
 #[cfg(test)]
 mod tests;

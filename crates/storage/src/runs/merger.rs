@@ -4,7 +4,6 @@
 //! of runs; the set of runs being merged ([`Merging`]) keeps them apart.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -12,8 +11,8 @@ use std::time::Instant;
 use redb::ReadableDatabase;
 
 use super::{merge, merge_plan_below, RunCache, RunMeta};
+use crate::metrics::Metrics;
 use crate::tables::{RUN_BLOCKS, RUN_META};
-use crate::writer::Metrics;
 use crate::StorageError;
 
 /// At this many runs a checkpoint merges before it returns (the writer then waits for it as
@@ -49,7 +48,7 @@ impl Merges {
                 .unwrap_or_else(PoisonError::into_inner);
             let read = self.db.begin_read()?;
             let listed = self.cache.load(&read.open_table(RUN_META)?)?;
-            self.metrics.index_runs.store(listed.len() as u64, Relaxed);
+            self.metrics.set_index_runs(listed.len());
             let Some(plan) = merge_plan_below(&listed, |run| files.contains(&run.file), top) else {
                 return Ok(false);
             };
@@ -73,13 +72,8 @@ impl Merges {
         }
         drop(files);
         let merged = result?;
-        let m = &self.metrics;
-        m.run_merges.fetch_add(1, Relaxed);
-        m.run_merge_entries.fetch_add(merged.entries_in, Relaxed);
-        m.run_merge_nanos.fetch_add(
-            u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
-            Relaxed,
-        );
+        self.metrics
+            .run_merged(merged.entries_in, started.elapsed());
         Ok(true)
     }
 

@@ -1,9 +1,9 @@
 //! Index runs: the `index` table's entries as immutable sorted runs of compressed blocks in
 //! two redb tables, instead of one B-tree entry each (docs/storage.md, "Index runs").
 //!
-//! Why: a checkpoint inserted every index entry into redb's B-tree one by one, 1-3 us each on
-//! random leaves, ~11 per ~1 KB document; that was about half the checkpointer's CPU and most of
-//! the pages its durable commits wrote. A checkpoint now writes its index entries (already
+//! Why: a checkpoint inserted every index entry into redb's B-tree one by one, on random leaves,
+//! many per document; that was a large part of the checkpointer's CPU and most of the pages its
+//! durable commits wrote. A checkpoint now writes its index entries (already
 //! sorted) as one new run: a few 16 KiB values appended to `index_run_blocks`, one metadata
 //! value in `index_runs`. Runs of one level are merged into one run of the next level once
 //! there are [`MERGE_WIDTH`] of them (tiered merging), so each entry is rewritten about once

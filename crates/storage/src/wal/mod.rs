@@ -23,9 +23,9 @@
 //! Segments are recycled: when a durable checkpoint covers a closed segment of at least
 //! [`SPARE_AFTER_BYTES`], it is renamed `wal-recycled-<slot>.tmp` (if one of the
 //! [`RECYCLED_MAX`] slots is free) instead of being deleted, and the next spare is such a file
-//! renamed, not a new file of zeros: writing the zeros was ~4% of the server's CPU during
-//! sustained inserts, and as much disk bandwidth as the log itself (several slots, because at
-//! high write rates a durable checkpoint, every two seconds, covers several segments). Its old
+//! renamed, not a new file of zeros: writing the zeros cost a visible share of the server's CPU
+//! during sustained inserts, and as much disk bandwidth as the log itself (several slots,
+//! because at high write rates one durable checkpoint covers several segments). Its old
 //! records stay after the new ones until overwritten. They are harmless:
 //! every one of them is of a batch the durable checkpoint had covered, and recovery skips every
 //! record of a batch at or below redb's checkpoint before looking at anything else (a checkpoint
@@ -47,18 +47,19 @@
 //! # Recovery
 //!
 //! redb stores the number of the last checkpointed batch in the same transaction as the data.
-//! On open, every intact record after it is applied to redb in one transaction, in batch order,
-//! then the log is deleted. Bytes that are not an intact record (a torn write at the tail) are
-//! skipped. A batch may be missing only if no later record says it had been made durable: in
-//! fsync mode each record's `synced` is its predecessor, so a missing batch followed by any
-//! intact record is corruption ([`StorageError::Corrupted`]), while in no-sync mode unsynced
-//! records may reach the disk out of order after a power loss and a hole in them just ends the
-//! replay. Each record is checked whole, so a batch applies entirely or not at all.
+//! On open, every intact record after it is applied in batch order (the newest entry of each key
+//! kept) and written to redb in one transaction, table by table where a checkpoint would write
+//! it (`placement.rs`); then the log is deleted. Bytes that are not an intact record (a torn
+//! write at the tail) are skipped. A batch may be missing only if no later record says it had
+//! been made durable: in fsync mode each record's `synced` is its predecessor, so a missing
+//! batch followed by any intact record is corruption ([`StorageError::Corrupted`]), while in
+//! no-sync mode unsynced records may reach the disk out of order after a power loss and a hole
+//! in them just ends the replay. Each record is checked whole, so a batch applies entirely or
+//! not at all.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -67,8 +68,9 @@ use std::time::Instant;
 use redb::ReadableDatabase;
 
 use crate::layer::{Changes, Layer};
-use crate::tables::{Table, STATE, STATE_CHECKPOINT, TABLE_COUNT};
-use crate::writer::Metrics;
+use crate::metrics::Metrics;
+use crate::placement::write_sorted;
+use crate::tables::{Table, TableMap, STATE, STATE_CHECKPOINT, TABLE_COUNT};
 use crate::StorageError;
 
 const MAGIC: [u8; 4] = *b"HWAL";
@@ -250,80 +252,61 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
         return Ok(checkpointed);
     }
     let mut last = checkpointed;
-    let mut index = crate::layer::TableMap::new();
-    let mut log = crate::layer::TableMap::new();
+    // The newest entry of each key, per table: written like a checkpoint's, after the replay.
+    // In memory meanwhile: what the layers held before the crash, plus what non-durable
+    // checkpoints had applied since the last durable one (the log keeps both).
+    let mut changes: [TableMap; TABLE_COUNT] = Default::default();
+    for path in &segments {
+        let data = fs::read(path)?;
+        let mut off = 0;
+        while off < data.len() {
+            let Some(record) = parse(&data, off) else {
+                // Not an intact record: skip to the next place one could start.
+                off = next_magic(&data, off + 1);
+                continue;
+            };
+            off = record.end;
+            if record.batch <= checkpointed {
+                continue;
+            }
+            if record.batch == last + 1 {
+                decode(record.body, |table, key, value| {
+                    // Newer batches overwrite older ones here.
+                    changes[table.index()].insert(key.to_vec(), value.map(<[u8]>::to_vec));
+                    Ok(())
+                })?;
+                last = record.batch;
+            } else if record.batch <= last {
+                return Err(StorageError::Corrupted(format!(
+                    "WAL batch {} appears twice in {}",
+                    record.batch,
+                    path.display()
+                )));
+            } else if record.synced > last {
+                return Err(StorageError::Corrupted(format!(
+                    "WAL batch {} is missing or damaged, but batch {} in {} was logged after it \
+                     had been made durable",
+                    last + 1,
+                    record.batch,
+                    path.display()
+                )));
+            }
+            // Otherwise batch `last + 1` never became durable (a torn or unsynced write):
+            // it and every batch after it are lost, as their writers were never told
+            // otherwise (or, in no-sync mode, were told this could happen).
+        }
+    }
     let mut txn = db.begin_write()?;
     txn.set_quick_repair(true);
-    {
-        let mut tables = Table::ALL
-            .iter()
-            .map(|t| txn.open_table(t.definition()))
-            .collect::<Result<Vec<_>, _>>()?;
-        for path in &segments {
-            let data = fs::read(path)?;
-            let mut off = 0;
-            while off < data.len() {
-                let Some(record) = parse(&data, off) else {
-                    // Not an intact record: skip to the next place one could start.
-                    off = next_magic(&data, off + 1);
-                    continue;
-                };
-                off = record.end;
-                if record.batch <= checkpointed {
-                    continue;
-                }
-                if record.batch == last + 1 {
-                    decode(record.body, |table, key, value| {
-                        if table == Table::Index {
-                            // Into one run after the replay (index entries are not B-tree
-                            // entries any more); newer batches overwrite older ones here.
-                            index.insert(key.to_vec(), value.map(<[u8]>::to_vec));
-                            return Ok(());
-                        }
-                        if table == Table::Log {
-                            // Into the log's blocks after the replay, likewise.
-                            log.insert(key.to_vec(), value.map(<[u8]>::to_vec));
-                            return Ok(());
-                        }
-                        let raw = &mut tables[table.index()];
-                        match value {
-                            Some(value) => drop(raw.insert(key, value)?),
-                            None => drop(raw.remove(key)?),
-                        }
-                        Ok(())
-                    })?;
-                    last = record.batch;
-                } else if record.batch <= last {
-                    return Err(StorageError::Corrupted(format!(
-                        "WAL batch {} appears twice in {}",
-                        record.batch,
-                        path.display()
-                    )));
-                } else if record.synced > last {
-                    return Err(StorageError::Corrupted(format!(
-                        "WAL batch {} is missing or damaged, but batch {} in {} was logged after it \
-                         had been made durable",
-                        last + 1,
-                        record.batch,
-                        path.display()
-                    )));
-                }
-                // Otherwise batch `last + 1` never became durable (a torn or unsynced write):
-                // it and every batch after it are lost, as their writers were never told
-                // otherwise (or, in no-sync mode, were told this could happen).
-            }
-        }
-        let mut state = txn.open_table(STATE)?;
-        state.insert(STATE_CHECKPOINT, last)?;
-        debug_assert_eq!(tables.len(), TABLE_COUNT);
+    for table in Table::ALL {
+        let entries = changes[table.index()].iter();
+        write_sorted(
+            &txn,
+            table,
+            entries.map(|(k, v)| (k.as_slice(), v.as_deref())),
+        )?;
     }
-    // Level 0, like any checkpoint's run: levels never grow towards newer runs.
-    crate::runs::append(
-        &txn,
-        index.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
-        0,
-    )?;
-    crate::logblocks::append(&txn, log.iter().map(|(k, v)| (k.as_slice(), v.as_deref())))?;
+    txn.open_table(STATE)?.insert(STATE_CHECKPOINT, last)?;
     txn.commit()?;
     for path in &segments {
         fs::remove_file(path)?;
@@ -705,15 +688,15 @@ fn serve(
             None => match request {
                 LogRequest::Append { layer, sync } => {
                     wal.append(layer.batch, &layer.changes, sync).map(|bytes| {
-                        metrics.log_bytes.fetch_add(bytes, Relaxed);
+                        metrics.log_appended(bytes);
                         if sync && on_disk {
-                            metrics.log_sync.observe(started.elapsed());
+                            metrics.log_synced(started.elapsed());
                         }
                     })
                 }
                 LogRequest::Sync => wal.sync().map(|()| {
                     if on_disk {
-                        metrics.log_sync.observe(started.elapsed());
+                        metrics.log_synced(started.elapsed());
                     }
                 }),
             }

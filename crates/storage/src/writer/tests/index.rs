@@ -1,7 +1,7 @@
 //! Tests of index writes in a batch: appended rather than put in the batch's map (`Changes`),
 //! seen by later jobs of the batch and undone with a failed job.
 
-use super::tests::{memory, put, stall};
+use crate::testing::{memory, put, stall};
 use crate::{Entry, StorageError, Table, WriteTxn};
 
 /// Index writes are appended to the batch, not put in its map (`Changes`): jobs of the batch

@@ -46,7 +46,7 @@ impl Histogram {
 /// A histogram's counts at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HistogramSnapshot {
-    /// Per bucket of [`BUCKETS_SECONDS`], then above the last bound (not cumulative).
+    /// Per bucket of `BUCKETS_SECONDS`, then above the last bound (not cumulative).
     pub counts: [u64; SLOTS],
     pub sum_nanos: u64,
 }
