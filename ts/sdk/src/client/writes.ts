@@ -3,12 +3,9 @@
 import { Filter } from "../query/filter.js";
 import { Update } from "../query/update.js";
 import { clone, type Doc } from "../query/value.js";
+import type { WireWrite } from "../protocol.js";
 
-export type WireWrite =
-  | { op: "put"; collection: string; id: string; doc: Doc; ifVersion?: number }
-  | { op: "insert"; collection: string; id: string; doc: Doc }
-  | { op: "update"; collection: string; id: string; update: Doc; upsert?: boolean; ifVersion?: number }
-  | { op: "delete"; collection: string; id: string; ifVersion?: number };
+export type { WireWrite } from "../protocol.js";
 
 /** What the local view knows of a document: its content, absent, or unknown (not cached). */
 export type Known = Doc | null | undefined;
