@@ -8,6 +8,8 @@
 // `ProtocolError`. Every `switch` over a union ends in `assertNever`, so adding a member breaks
 // compilation until each place handles it.
 import type { Doc } from "./query/value.js";
+import { isErrorCode, type ErrorCode } from "./errorCodes.js";
+import { COMMIT_WRITES_MAX, REQ_ID_BYTES_MAX, SUB_ID_BYTES_MAX } from "./limits.js";
 
 // ---- the unions ----
 
@@ -48,9 +50,11 @@ export type ChangeEvent =
 
 /** The stable error of a request, a subscription or a write: `{"code","message",...}`. */
 export interface ErrorInfo {
-  code: string;
+  /** One of the error table's codes (errorCodes.ts). */
+  code: ErrorCode;
   message: string;
-  /** The server's word on whether the same request may succeed later, when it gives one. */
+  /** The server's word on whether the same request may succeed later (always in HTTP error
+   * bodies). */
   retryable?: boolean;
   /** Index of the write that failed (commits, write requests). */
   write?: number;
@@ -61,7 +65,7 @@ export interface ErrorInfo {
 
 /** The body of every HTTP error answer. */
 export interface ErrorBody {
-  error: ErrorInfo;
+  error: ErrorInfo & { retryable: boolean };
 }
 
 /** One write's result in a commit's answer. */
@@ -85,7 +89,9 @@ export interface QueryResult {
 }
 
 /** One result of a WebSocket write request: the write's own commit, or its error. */
-export type WriteOutcome = { op: "insert" | "update" | "delete" | null; id: string; version: number; seq: number } | ErrorBody;
+export type WriteOutcome =
+  | { op: "insert" | "update" | "delete" | null; id: string; version: number; seq: number }
+  | { error: ErrorInfo };
 
 export type AuthReply = { type: "auth"; ok: boolean; uid?: string | null; expiresAt?: number | null };
 export type InitialMessage = { type: "initial"; sub: string; seq: number; docs: Doc[] };
@@ -171,12 +177,12 @@ export function decodeServerMessage(v: unknown): ServerMessage {
     case "error": {
       r.only(["type", "sub", "req", ...ERROR_INFO_MEMBERS]);
       const sub = r.optional("sub", Reader.sub);
-      const req = r.optional("req", Reader.sub);
+      const req = r.optional("req", Reader.req);
       return { type: kind, ...(sub === undefined ? {} : { sub }), ...(req === undefined ? {} : { req }), ...errorInfo(r) };
     }
     case "written":
       r.only(["type", "req", "seq", "results"]);
-      return { type: kind, req: r.sub("req"), seq: r.uint("seq"), results: r.list("results", decodeWriteOutcome) };
+      return { type: kind, req: r.req("req"), seq: r.uint("seq"), results: r.list("results", decodeWriteOutcome) };
     default:
       return assertNever(kind, "server message type");
   }
@@ -217,7 +223,10 @@ export function decodeClientMessage(v: unknown): ClientMessage {
     case "write": {
       r.only(["op", "req", "writes", "atomic"]);
       const atomic = r.optional("atomic", Reader.bool);
-      return { op: kind, req: r.sub("req"), writes: r.list("writes", decodeCommitWrite), ...(atomic === undefined ? {} : { atomic }) };
+      const writes = r.list("writes", decodeCommitWrite);
+      if (writes.length < 1 || writes.length > COMMIT_WRITES_MAX)
+        throw new ProtocolError(`a write request needs 1 to ${COMMIT_WRITES_MAX} writes, not ${writes.length}`);
+      return { op: kind, req: r.req("req"), writes, ...(atomic === undefined ? {} : { atomic }) };
     }
     default:
       return assertNever(kind, "client message op");
@@ -246,11 +255,16 @@ export function decodeChangeEvent(v: unknown): ChangeEvent {
   }
 }
 
-/** Decodes an HTTP error answer's body `{"error":{"code","message",...}}`. */
+/** Decodes an HTTP error answer's body `{"error":{"code","message","retryable",...}}`. */
 export function decodeErrorBody(v: unknown): ErrorBody {
   const r = new Reader(object(v, "error body"), "error body");
   r.only(["error"]);
-  return { error: r.field("error", (x) => errorInfo(new Reader(object(x, "error"), "error"), true)) };
+  const error = r.field("error", (x) => {
+    const e = new Reader(object(x, "error"), "error");
+    e.only(ERROR_INFO_MEMBERS);
+    return { ...errorInfo(e), retryable: e.bool("retryable") };
+  });
+  return { error };
 }
 
 /** Decodes a write in the commit format. */
@@ -292,21 +306,26 @@ export function decodeCommitWrite(v: unknown): CommitWrite {
 }
 
 /** Decodes the answer of `POST /v1/commit` (`replayed`, on a retried mutation id, is dropped:
- * the results are the first attempt's either way). HTTP answers are read leniently (members
- * beyond those the SDK uses are ignored); WebSocket messages are checked whole. */
+ * the results are the first attempt's either way). */
 export function decodeCommitResult(v: unknown): CommitResult {
   const r = new Reader(object(v, "commit answer"), "commit answer");
+  r.only(["seq", "results", "replayed"]);
+  r.optional("replayed", Reader.bool);
   return { seq: r.uint("seq"), results: r.list("results", decodeWriteResult) };
 }
 
 function decodeWriteResult(v: unknown): WriteResult {
   const r = new Reader(object(v, "write result"), "write result");
+  r.only(["op", "collection", "id", "version"]);
   return { op: r.field("op", writeOp), collection: r.str("collection"), id: r.str("id"), version: r.uint("version") };
 }
 
-/** Decodes the answer of `POST /v1/query` without `explain`. */
+/** Decodes the answer of `POST /v1/query` (an `explain` member, asked for by administration
+ * calls only, is checked to be an object and dropped). */
 export function decodeQueryResult(v: unknown): QueryResult {
   const r = new Reader(object(v, "query answer"), "query answer");
+  r.only(["docs", "seq", "explain"]);
+  r.optional("explain", Reader.doc);
   return { docs: r.list("docs", Reader.doc), seq: r.uint("seq") };
 }
 
@@ -317,19 +336,26 @@ function writeOp(x: unknown): WriteResult["op"] {
 
 function decodeWriteOutcome(v: unknown): WriteOutcome {
   const o = object(v, "write result");
-  if (Object.hasOwn(o, "error")) return decodeErrorBody(o);
   const r = new Reader(o, "write result");
+  if (Object.hasOwn(o, "error")) {
+    r.only(["error"]);
+    return {
+      error: r.field("error", (x) => {
+        const e = new Reader(object(x, "error"), "error");
+        e.only(ERROR_INFO_MEMBERS);
+        return errorInfo(e);
+      }),
+    };
+  }
   r.only(["op", "id", "version", "seq"]);
   return { op: r.field("op", writeOp), id: r.str("id"), version: r.uint("version"), seq: r.uint("seq") };
 }
 
 const ERROR_INFO_MEMBERS = ["code", "message", "retryable", "write", "expected", "actual"] as const;
 
-/** The members of an error; `open` keeps members beyond the known ones (HTTP error bodies may
- * carry endpoint-specific details, which the client passes on as `HeraldError.details`). */
-function errorInfo(r: Reader, open = false): ErrorInfo {
-  if (!open) r.only(["type", "sub", "req", ...ERROR_INFO_MEMBERS]);
-  const info: ErrorInfo = { code: r.str("code"), message: r.str("message") };
+/** The members of an error (the caller has refused unknown ones). */
+function errorInfo(r: Reader): ErrorInfo {
+  const info: ErrorInfo = { code: r.field("code", errorCode), message: r.str("message") };
   const retryable = r.optional("retryable", Reader.bool);
   const write = r.optional("write", Reader.uint);
   const expected = r.optional("expected", Reader.uint);
@@ -340,6 +366,14 @@ function errorInfo(r: Reader, open = false): ErrorInfo {
   if (actual !== undefined) info.actual = actual;
   return info;
 }
+
+function errorCode(v: unknown): ErrorCode {
+  const c = Reader.str(v);
+  if (!isErrorCode(c)) throw new ProtocolError(`'${c}' is not in the error table`);
+  return c;
+}
+
+const utf8 = new TextEncoder();
 
 function object(v: unknown, what: string): Record<string, unknown> {
   if (typeof v !== "object" || v === null || Array.isArray(v)) throw new ProtocolError(`${what} is not an object`);
@@ -382,6 +416,9 @@ class Reader {
   sub(key: string): string {
     return this.field(key, Reader.sub);
   }
+  req(key: string): string {
+    return this.field(key, Reader.req);
+  }
   uint(key: string): number {
     return this.field(key, Reader.uint);
   }
@@ -414,11 +451,18 @@ class Reader {
     if (typeof v !== "string") throw new ProtocolError(`not a string: ${JSON.stringify(v)}`);
     return v;
   }
-  /** A client-chosen id (`sub`, `req`): 1-128 bytes. */
+  /** A subscription id: 1 to SUB_ID_BYTES_MAX bytes. */
   static sub(v: unknown): string {
+    return Reader.id(v, SUB_ID_BYTES_MAX);
+  }
+  /** A write request id: 1 to REQ_ID_BYTES_MAX bytes. */
+  static req(v: unknown): string {
+    return Reader.id(v, REQ_ID_BYTES_MAX);
+  }
+  private static id(v: unknown, max: number): string {
     const s = Reader.str(v);
-    const bytes = new TextEncoder().encode(s).length;
-    if (bytes < 1 || bytes > 128) throw new ProtocolError(`an id must be 1-128 bytes, not ${bytes}`);
+    const bytes = utf8.encode(s).length;
+    if (bytes < 1 || bytes > max) throw new ProtocolError(`an id must be 1 to ${max} bytes, not ${bytes}`);
     return s;
   }
   static uint(v: unknown): number {

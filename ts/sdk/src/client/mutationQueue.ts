@@ -8,7 +8,6 @@
 // - Mutations are sent in order, one at a time (a later write may depend on an earlier one).
 // - An acknowledged mutation stays in memory (not persisted) until every listen on its
 //   collections has seen its seq (`retire`), so views never flicker back to the old state.
-import type { BackoffOptions } from "./sync.js";
 import { HeraldError } from "./errors.js";
 import type { Http } from "./http.js";
 import type { Persistence, StoredMutation } from "./persistence.js";
@@ -50,7 +49,8 @@ export class MutationQueue {
   constructor(
     private readonly http: Http,
     private readonly persistence: Persistence,
-    private readonly backoff: Required<BackoffOptions>,
+    /** Retry delay ceilings: the first, and the largest (as the sync loop's BackoffOptions). */
+    private readonly backoff: { readonly initialMs: number; readonly maxMs: number },
     private readonly pendingMax: number,
     private readonly events: QueueEvents,
   ) {}

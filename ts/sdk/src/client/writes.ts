@@ -1,5 +1,5 @@
-// Writes on the wire (the `/v1/commit` format) and their local effect on a document, which is
-// what latency compensation shows before the server answers.
+// The local effect of a write (its wire form, `WireWrite`, is in protocol.ts) on a document,
+// which is what latency compensation shows before the server answers; and client-made ids.
 import { Filter } from "../query/filter.js";
 import { Update } from "../query/update.js";
 import { clone, type Doc } from "../query/value.js";
