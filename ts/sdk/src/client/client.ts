@@ -6,7 +6,7 @@
 // - the sync loop (sync.ts): the live connection's state machine (connect, auth, resume,
 //   reset, heartbeat), which feeds the registry and wakes the queue.
 // The facade owns references, one-shot reads and administration (straight over HTTP), and
-// wires the parts together; it keeps no state of its own beyond the application's callbacks.
+// wires the parts together; beyond that wiring it holds only the application's callbacks.
 import { Query, type QuerySpec } from "../query/query.js";
 import { QueryError } from "../query/errors.js";
 import type { Doc } from "../query/value.js";
@@ -74,7 +74,6 @@ export class Herald {
   private readonly sync: SyncLoop;
   /** Resolves once the persisted queue and cache are restored; everything waits for it. */
   private readonly ready: Promise<void>;
-  private closed = false;
   private readonly stateListeners = new Set<(s: ConnectionState) => void>();
   private readonly connectionErrorListeners = new Set<(e: HeraldError) => void>();
 
@@ -183,7 +182,6 @@ export class Herald {
   }
 
   async close(): Promise<void> {
-    this.closed = true;
     this.queue.close();
     this.sync.close();
     await this.ready.catch(() => {});
@@ -312,7 +310,6 @@ export class Herald {
       throw e;
     }
     await this.ready;
-    if (this.closed) throw new HeraldError("closed", "the client is closed");
     return this.queue.commit(wire);
   }
 
