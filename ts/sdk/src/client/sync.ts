@@ -3,25 +3,27 @@
 // subscriptions are (re)sent on every `online`, resuming from the seq of the window they hold;
 // server messages are decoded and handed to the listen registry; the mutation queue is woken.
 //
-//                     start()
-//                        │
-//                        ▼            socket open, token
-//   ┌──────────────► connecting ─────────────────────────► authenticating
-//   │                    │   socket open, no token              │ {"type":"auth","ok":true}
-//   │                    │                ┌─────────────────────┘
-//   │                    │                ▼
-//   │                    │             online ◄───────────────────────────┐ any message: watchdog
-//   │                    │                │ on entry: every listen is     │ re-armed; initial,
-//   │                    │                │ subscribed, with resumeFrom   │ changes, heartbeat,
-//   │                    │                │ = its seq if it has a window; │ reset, error go to
-//   │                    │                │ the mutation queue resumes    │ the listen registry
-//   │                    │                └───────────────────────────────┘
-//   │                    │ close, error,         │ close, error, or no message
-//   │                    │ refused auth          │ for heartbeatTimeoutMs
-//   │                    ▼                       ▼
-//   └──── offline (timer: exponential backoff with full jitter) ◄──────────┘
+//                start()
+//                   │
+//                   ▼
+//   ┌─────────► connecting ───── socket open, token ─────► authenticating
+//   │               │                                          │
+//   │               │ socket open, no token                    │ {"type":"auth","ok":true}
+//   │               ▼                                          │
+//   │            online ◄──────────────────────────────────────┘
+//   │               │  on entry: every listen subscribes (with resumeFrom its seq when it
+//   │               │  holds a window) and the mutation queue resumes; while online, any
+//   │               │  message re-arms the watchdog, and initial, changes, heartbeat, reset
+//   │               │  and error go to the listen registry
+//   │               │
+//   │               │ close, error, or no message for heartbeatTimeoutMs
+//   │               ▼
+//   └── timer ── offline ◄── close, error or silence while connecting; a refused auth (an `error`,
+//   (exponential              or ok: false) while authenticating
+//    backoff with
+//    full jitter)
 //
-//   close() from any state ──► closed (final)
+//   close(), from any state ──► closed (final)
 //
 // `authenticating` shows as "connecting" to the application (ConnectionState). Leaving `online`
 // makes every view fromCache until its subscription is answered again. A resumed subscription
