@@ -40,10 +40,10 @@ export {
   type WebSocketLike,
   type WebSocketConstructor,
   type BackoffOptions,
-} from "./client/connection.js";
+} from "./client/sync.js";
 export { MemoryPersistence, type Persistence, type StoredMutation, type CachedDoc } from "./client/persistence.js";
 export { IndexedDbPersistence } from "./client/indexeddb.js";
-export type { WireWrite } from "./client/writes.js";
+export type { WireWrite } from "./protocol.js";
 export {
   Query,
   Filter,

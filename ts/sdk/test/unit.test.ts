@@ -1,10 +1,21 @@
 // Unit tests without a server: the snapshot diff (a property test against random lists), the
-// reconnect backoff, local write application, lossless JSON and the engine's ordering.
+// reconnect backoff, local write application, lossless JSON, the engine's ordering, and the
+// write queue's retry decision (against a scripted fetch).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { diffDocs, type DocumentSnapshot } from "../src/client/snapshot.js";
 import { applyWrite, generateId } from "../src/client/writes.js";
-import { backoffDelay, Double, parseLossless, Query, stringifyLossless, type Doc } from "../src/index.js";
+import {
+  backoffDelay,
+  connect,
+  Double,
+  HeraldError,
+  parseLossless,
+  Query,
+  stringifyLossless,
+  type Doc,
+  type WebSocketLike,
+} from "../src/index.js";
 
 /** A small deterministic PRNG so failures reproduce. */
 function rng(seed: number): () => number {
@@ -140,4 +151,56 @@ test("strings compare by code point (UTF-8 byte order), not UTF-16 units", () =>
     q.run(docs).map((d) => (d as { _id: string })._id),
     ["ascii", "bmp", "emoji"],
   );
+});
+
+/** A WebSocket that never opens: the client stays connecting, writes go over HTTP only. */
+class SilentSocket implements WebSocketLike {
+  readonly readyState = 0;
+  onopen = null;
+  onmessage = null;
+  onclose = null;
+  onerror = null;
+  send(): void {}
+  close(): void {}
+}
+
+/** A client whose `POST /v1/commit` answers come from `answers`, in order; counts attempts. */
+function scripted(answers: { status: number; body: unknown }[]): { commits: () => number; h: ReturnType<typeof connect> } {
+  let commits = 0;
+  const fetch = (async (url: string | URL | Request) => {
+    assert.match(String(url), /\/v1\/commit$/);
+    const a = answers[Math.min(commits++, answers.length - 1)];
+    return new Response(JSON.stringify(a.body), { status: a.status, headers: { "content-type": "application/json" } });
+  }) as typeof globalThis.fetch;
+  const h = connect({ url: "http://127.0.0.1:1", fetch, WebSocket: SilentSocket, backoff: { initialMs: 10, maxMs: 20 } });
+  return { commits: () => commits, h };
+}
+
+const corrupted = (extra: object) => ({
+  status: 500,
+  body: { error: { code: "storage_corrupted", message: "the data file is corrupted", ...extra } },
+});
+
+test("a non-retryable 500 (storage_corrupted) rejects the write at once and is not retried", async () => {
+  // With the body's `retryable` and without it (then the error table decides).
+  for (const extra of [{ retryable: false }, {}]) {
+    const { h, commits } = scripted([corrupted(extra)]);
+    const rejected: string[] = [];
+    h.onWriteRejected((e) => rejected.push(e.code));
+    await assert.rejects(h.set(h.doc("c/a"), { n: 1 }), (e: unknown) => e instanceof HeraldError && e.code === "storage_corrupted");
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(commits(), 1, `retried ${JSON.stringify(extra)}`);
+    assert.deepEqual(rejected, ["storage_corrupted"]);
+    await h.close();
+  }
+});
+
+test("a retryable error (overloaded) keeps the write queued and sends it again with the same id", async () => {
+  const ok = { status: 200, body: { seq: 7, results: [{ op: "insert", collection: "c", id: "a", version: 1 }] } };
+  const overloaded = { status: 503, body: { error: { code: "overloaded", message: "retry later", retryable: true } } };
+  const { h, commits } = scripted([overloaded, overloaded, ok]);
+  const r = await h.set(h.doc("c/a"), { n: 1 });
+  assert.equal(r.seq, 7);
+  assert.equal(commits(), 3);
+  await h.close();
 });

@@ -1,4 +1,5 @@
 // The HTTP side of the protocol: JSON requests with the bearer token, stable error codes.
+import { decodeErrorBody } from "../protocol.js";
 import { HeraldError } from "./errors.js";
 
 export type Fetch = typeof fetch;
@@ -60,14 +61,32 @@ export class Http {
   }
 }
 
-/** The HeraldError of a non-2xx answer: its stable code and details, or `http_<status>`. */
+/** The HeraldError of a non-2xx answer: its stable code, details and `retryable`, or
+ * `http_<status>` for an answer that is not Herald's error body. */
 function errorOf(method: string, path: string, status: number, json: unknown): HeraldError {
-  const err = (json as { error?: { code?: string; message?: string } } | undefined)?.error;
-  const { code, message, ...details } = (err ?? {}) as Record<string, unknown>;
+  let body;
+  try {
+    body = decodeErrorBody(json);
+  } catch {
+    return looseErrorOf(method, path, status, json);
+  }
+  const { code, message, retryable, ...details } = body.error;
+  return new HeraldError(code, message, status, details, retryable);
+}
+
+/** An error answer outside the contract: a server before `retryable` was in every error body
+ * (its code and message still count), or an error page from something in between. */
+function looseErrorOf(method: string, path: string, status: number, json: unknown): HeraldError {
+  const err = isRecord(json) && isRecord(json.error) ? json.error : {};
+  const { code, message, ...details } = err;
   return new HeraldError(
     typeof code === "string" ? code : `http_${status}`,
     typeof message === "string" ? message : `${method} ${path}: HTTP ${status}`,
     status,
     details,
   );
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
 }

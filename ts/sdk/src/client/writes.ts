@@ -1,14 +1,11 @@
-// Writes on the wire (the `/v1/commit` format) and their local effect on a document, which is
-// what latency compensation shows before the server answers.
+// The local effect of a write (its wire form, `WireWrite`, is in protocol.ts) on a document,
+// which is what latency compensation shows before the server answers; and client-made ids.
 import { Filter } from "../query/filter.js";
 import { Update } from "../query/update.js";
 import { clone, type Doc } from "../query/value.js";
+import type { WireWrite } from "../protocol.js";
 
-export type WireWrite =
-  | { op: "put"; collection: string; id: string; doc: Doc; ifVersion?: number }
-  | { op: "insert"; collection: string; id: string; doc: Doc }
-  | { op: "update"; collection: string; id: string; update: Doc; upsert?: boolean; ifVersion?: number }
-  | { op: "delete"; collection: string; id: string; ifVersion?: number };
+export type { WireWrite } from "../protocol.js";
 
 /** What the local view knows of a document: its content, absent, or unknown (not cached). */
 export type Known = Doc | null | undefined;
