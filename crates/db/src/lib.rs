@@ -11,10 +11,11 @@
 //! reflect.
 
 mod catalog;
-mod collections;
+mod commitlog;
 mod db;
 mod error;
 mod exec;
+mod feed;
 mod indexer;
 mod known;
 mod layout;
@@ -22,13 +23,16 @@ pub mod live;
 mod mutations;
 mod names;
 mod planner;
-mod system;
 pub mod triggers;
+mod txn;
 mod write;
 
 pub use catalog::{CompositeIndex, IndexField, IndexState};
-pub use collections::COLLECTIONS_LIST_MAX;
-pub use db::{Db, DbOptions, QueryOutcome, StoredDoc, BUILD_CHUNK_DOCS, COMPOSITE_INDEXES_MAX};
+pub use commitlog::{LogRead, LOG_PRUNE_PER_COMMIT_MAX, LOG_PRUNE_RESCAN_EVERY};
+pub use db::{
+    Db, DbOptions, QueryOutcome, StoredDoc, BUILD_CHUNK_DOCS, COLLECTIONS_LIST_MAX,
+    COMPOSITE_INDEXES_MAX,
+};
 pub use error::DbError;
 pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};
 pub use herald_storage::{
@@ -44,7 +48,7 @@ pub use names::{
     check_collection, check_segment, generate_id, split_document_path, COLLECTION_PATH_BYTES_MAX,
     SEGMENT_BYTES_MAX,
 };
-pub use write::{
-    Change, ChangeOp, CommitOutcome, Guard, Write, WriteEffect, WriteGuard, WriteResult,
-    COMMIT_WRITES_MAX, LOG_PRUNE_PER_COMMIT_MAX, LOG_PRUNE_RESCAN_EVERY,
+pub use txn::{
+    Change, ChangeOp, CommitOutcome, Guard, QueueFull, Refused, Transaction, Write, WriteEffect,
+    WriteGuard, WriteResult, COMMIT_WRITES_MAX,
 };
