@@ -14,8 +14,8 @@ use std::sync::RwLock;
 
 /// The stored records of the documents a transaction writes, read on the caller's thread at
 /// one snapshot, so that the writer looks only at what was committed since (see
-/// `WriteTxn::get_read_at`): reading them on the writer cost a quarter of its time in a trigger
-/// fan-out, where nearly every write creates a document and each miss descends redb's B-tree.
+/// `WriteTxn::get_read_at`): in a trigger fan-out nearly every write creates a document and
+/// each miss descends redb's B-tree, work that on the one writer thread delays every commit.
 pub(crate) struct KnownDocs {
     pub(crate) at: herald_storage::ReadPoint,
     /// Document key -> stored record (`None`: no document).
