@@ -18,7 +18,6 @@ pub use diff::{diff_windows, ChangeEvent, EventKind};
 pub use engine::{LiveEngine, Sink, SubscribeRequest, SUBSCRIBERS_PER_VIEW_MAX};
 // The change feed moved out of `live` (it is the database's output, below `Db`); its names stay
 // reachable here, and `feed` is in scope for the modules below (`live::feed::Commit`).
-#[allow(unused_imports)]
 use crate::feed;
 pub use crate::feed::{
     Commit, CommitClock, Feed, CLOCK_SLOTS, FEED_BYTES_MAX, FEED_RING_MAX, REAPER_BYTES_MAX,
