@@ -89,7 +89,7 @@ struct StoredOutcome {
 #[derive(Debug, Serialize, Deserialize)]
 struct StoredResult {
     /// `null` for a delete of a missing document.
-    op: Option<String>,
+    op: Option<ChangeOp>,
     collection: String,
     id: String,
     version: u64,
@@ -102,7 +102,7 @@ impl StoredOutcome {
             results: results
                 .iter()
                 .map(|r| StoredResult {
-                    op: r.op.map(|op| op.as_str().to_string()),
+                    op: r.op,
                     collection: r.collection.clone(),
                     id: r.id.clone(),
                     version: r.version,
@@ -129,7 +129,7 @@ pub(crate) fn lookup(
         .results
         .into_iter()
         .map(|r| WriteResult {
-            op: r.op.as_deref().and_then(ChangeOp::parse),
+            op: r.op,
             collection: r.collection,
             id: r.id,
             version: r.version,
@@ -392,7 +392,7 @@ mod tests {
         );
         let back: StoredOutcome = serde_json::from_slice(&stored).unwrap();
         assert_eq!(back.seq, 12);
-        assert_eq!(back.results[0].op.as_deref(), Some("update"));
+        assert_eq!(back.results[0].op, Some(ChangeOp::Update));
         assert_eq!(back.results[1].op, None);
     }
 }

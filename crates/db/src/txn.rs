@@ -102,9 +102,9 @@ impl Transaction {
         self
     }
 
-    /// Checks each write inside the storage job (`None`: no checks).
-    pub fn guard(mut self, guard: Option<WriteGuard>) -> Transaction {
-        self.guard = guard;
+    /// Checks each write with `guard` inside the storage job.
+    pub fn guard(mut self, guard: WriteGuard) -> Transaction {
+        self.guard = Some(guard);
         self
     }
 }
@@ -157,7 +157,10 @@ impl std::fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Serialized as its [`as_str`](ChangeOp::as_str) name (stored in the commit log and the
+/// mutation-id records).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ChangeOp {
     Insert,
     Update,
@@ -170,16 +173,6 @@ impl ChangeOp {
             ChangeOp::Insert => "insert",
             ChangeOp::Update => "update",
             ChangeOp::Delete => "delete",
-        }
-    }
-
-    /// The op named by [`as_str`](ChangeOp::as_str), if it is one.
-    pub fn parse(s: &str) -> Option<ChangeOp> {
-        match s {
-            "insert" => Some(ChangeOp::Insert),
-            "update" => Some(ChangeOp::Update),
-            "delete" => Some(ChangeOp::Delete),
-            _ => None,
         }
     }
 }

@@ -789,7 +789,7 @@ fn a_write_guard_sees_each_write_and_its_refusal_applies_nothing() {
     let seq = db.seq();
     let err = db
         .submit(
-            Transaction::new(writes).guard(Some(guard.clone())),
+            Transaction::new(writes).guard(guard.clone()),
             QueueFull::Refuse,
         )
         .unwrap()
@@ -816,7 +816,7 @@ fn a_write_guard_sees_each_write_and_its_refusal_applies_nothing() {
     // Refused before its document is computed.
     let err = db
         .submit(
-            Transaction::new(vec![put("c", "locked", json!({"n": 1}))]).guard(Some(guard.clone())),
+            Transaction::new(vec![put("c", "locked", json!({"n": 1}))]).guard(guard.clone()),
             QueueFull::Refuse,
         )
         .unwrap()
@@ -825,7 +825,7 @@ fn a_write_guard_sees_each_write_and_its_refusal_applies_nothing() {
     assert_eq!(DbError::from(err).to_string(), "locked");
     // Allowed: applies normally.
     db.submit(
-        Transaction::new(vec![put("c", "a", json!({"n": 2}))]).guard(Some(guard)),
+        Transaction::new(vec![put("c", "a", json!({"n": 2}))]).guard(guard),
         QueueFull::Refuse,
     )
     .unwrap()

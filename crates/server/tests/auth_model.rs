@@ -632,7 +632,7 @@ fn every_outcome_matches_the_reference_rules() {
                 let guard = rules_guard(rules.clone(), user.auth(), meta);
                 let got = answer_of(
                     db.submit(
-                        herald_db::Transaction::new(writes).guard(Some(guard)),
+                        herald_db::Transaction::new(writes).guard(guard),
                         herald_db::QueueFull::Refuse,
                     )
                     .unwrap()

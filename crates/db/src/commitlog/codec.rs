@@ -104,7 +104,7 @@ struct StoredRecord {
 struct StoredChange {
     collection: String,
     id: String,
-    op: String,
+    op: ChangeOp,
     version: u64,
     /// `null` (no document) reads as `None`.
     before: Option<Value>,
@@ -131,19 +131,15 @@ pub(crate) fn decode_commit(record: &[u8]) -> Result<Commit, DbError> {
     let changes = r
         .changes
         .into_iter()
-        .map(|c| {
-            let op = ChangeOp::parse(&c.op)
-                .ok_or_else(|| DbError::Corrupt(format!("log record: op {:?}", c.op)))?;
-            Ok(Change {
-                collection: c.collection,
-                id: c.id,
-                op,
-                version: c.version,
-                before: c.before,
-                after: c.after,
-            })
+        .map(|c| Change {
+            collection: c.collection,
+            id: c.id,
+            op: c.op,
+            version: c.version,
+            before: c.before,
+            after: c.after,
         })
-        .collect::<Result<_, DbError>>()?;
+        .collect();
     Ok(Commit {
         seq: r.seq,
         changes,
@@ -221,6 +217,12 @@ mod tests {
         );
         assert_eq!(record_ts(&encode_reference(4, 99, &changes)), 99);
         assert!(decode_commit(b"short").is_err());
+        let mut unknown_op = 99u64.to_be_bytes().to_vec();
+        unknown_op.extend_from_slice(br#"{"seq":4,"ts":99,"changes":[{"collection":"c","id":"a","op":"x","version":1,"before":null,"after":null}]}"#);
+        assert!(matches!(
+            decode_commit(&unknown_op),
+            Err(DbError::Corrupt(_))
+        ));
     }
 
     fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {

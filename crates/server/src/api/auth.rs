@@ -302,7 +302,7 @@ pub async fn submit_mutation_as(
         Some(user) => {
             let (writes, meta) = for_guard(writes);
             let guard = rules_guard(st.auth.rules(), user.clone(), meta);
-            herald_db::Transaction::new(writes).guard(Some(guard))
+            herald_db::Transaction::new(writes).guard(guard)
         }
     };
     let txn = txn.mutation_id(mutation_id);
