@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// Most commit-log records deleted by one commit when pruning (keeps commits short).
 pub const LOG_PRUNE_PER_COMMIT_MAX: usize = 64;
 
-/// Once in this many commits the log pruning scans from the log's start (see [`prune`]).
+/// Once in this many commits the log pruning scans from the log's start (see `prune`).
 /// Rare: such a scan passes every record deleted since the last checkpoint in every in-memory
 /// layer, which is slow once a fan-out has made a million commits.
 pub const LOG_PRUNE_RESCAN_EVERY: u64 = 1 << 20;
