@@ -8,7 +8,7 @@ use crate::mutations::check_mutation_id;
 use crate::txn::{CommitOutcome, QueueFull, Refused, Transaction, Write, COMMIT_WRITES_MAX};
 use crate::write::{apply, prepare, ApplyCtx};
 use herald_storage::{Ticket, WriteTxn};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 impl Db {
     /// Queues an atomic transaction; the ticket resolves once it is durable (or failed).
@@ -39,12 +39,17 @@ impl Db {
             check_mutation_id(id)?;
         }
         let mut encoded = prepare(&mut writes, &self.inner.settings.limits, COMMIT_WRITES_MAX)?;
-        // Shared with the job only so that a refused job gives them back: the job applies
-        // them in place once it is their only holder, which it is whenever it runs.
-        let mut writes = Arc::new(writes);
-        let mut job_writes = Arc::clone(&writes);
+        // The writes wait in a slot the job empties when it runs, so they are never cloned: the
+        // job owns them once it runs, and a refused job (dropped unrun) leaves them for us.
+        let slot = Arc::new(Mutex::new(Some(writes)));
+        let job_slot = Arc::clone(&slot);
         let inner = Arc::clone(&self.inner);
         let job = move |txn: &mut WriteTxn<'_>| {
+            let mut writes = job_slot
+                .lock()
+                .expect("writes slot")
+                .take()
+                .expect("a job runs at most once");
             let ctx = ApplyCtx {
                 catalog: &inner.catalog,
                 settings: &inner.settings,
@@ -55,17 +60,7 @@ impl Db {
                 known: None,
                 mutation_id: mutation_id.as_deref(),
             };
-            // The writes are ours alone once the submitter has let go of them (it keeps a
-            // handle only to get them back from a full queue); otherwise apply a copy.
-            let mut owned;
-            let writes = match Arc::get_mut(&mut job_writes) {
-                Some(w) => w,
-                None => {
-                    owned = (*job_writes).clone();
-                    &mut owned
-                }
-            };
-            let mut outcome = apply(txn, writes, &mut encoded, &ctx)?;
+            let mut outcome = apply(txn, &mut writes, &mut encoded, &ctx)?;
             if !outcome.replayed {
                 // Hooks run in commit order on the writer thread, so the feed sees seqs in
                 // order.
@@ -77,18 +72,10 @@ impl Db {
             QueueFull::Block => self.inner.store.submit(job),
             QueueFull::Refuse => self.inner.store.try_submit(job),
         };
-        match queued {
-            Ok(ticket) => {
-                // Let go, so the job owns the writes when it runs.
-                drop(writes);
-                Ok(ticket)
-            }
-            // A refused job is dropped before the error returns, so ours is the only handle.
-            Err(e) => Err(Refused {
-                error: e.into(),
-                writes: Arc::get_mut(&mut writes).map(std::mem::take),
-            }),
-        }
+        queued.map_err(|e| Refused {
+            error: e.into(),
+            writes: slot.lock().expect("writes slot").take(),
+        })
     }
 
     /// Commits the writes as one transaction and waits until it is durable (blocking while the
