@@ -54,6 +54,11 @@ pub enum DbError {
     Storage(#[from] StorageError),
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+    /// The commit log no longer reaches back to seq `after + 1` (see
+    /// [`LogRead::Gone`](crate::LogRead::Gone)): an expected state for a reader that fell
+    /// behind the log's retention, not corruption. `floor` is the oldest seq it holds.
+    #[error("the commit log no longer reaches back to seq {}", .after + 1)]
+    LogGone { after: u64, floor: Option<u64> },
     /// A caller's [`WriteGuard`](crate::WriteGuard) refused write `index`; nothing was applied.
     #[error("{message}")]
     Rejected {
@@ -88,6 +93,7 @@ impl DbError {
             DbError::TaskConflict { .. } => "task_conflict",
             DbError::Storage(e) => e.code(),
             DbError::Corrupt(_) => "corrupt",
+            DbError::LogGone { .. } => "log_gone",
             DbError::Rejected { code, .. } => code,
         }
     }

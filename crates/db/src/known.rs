@@ -6,7 +6,7 @@ use crate::catalog::Catalog;
 use crate::error::DbError;
 use crate::indexer::{entries, Entries};
 use crate::layout::doc_key;
-use crate::write::Write;
+use crate::txn::Write;
 use herald_storage::{Store, Table};
 use std::cell::Cell;
 use std::collections::{hash_map, HashMap};
@@ -14,8 +14,8 @@ use std::sync::RwLock;
 
 /// The stored records of the documents a transaction writes, read on the caller's thread at
 /// one snapshot, so that the writer looks only at what was committed since (see
-/// `WriteTxn::get_read_at`): reading them on the writer cost a quarter of its time in a trigger
-/// fan-out, where nearly every write creates a document and each miss descends redb's B-tree.
+/// `WriteTxn::get_read_at`): in a trigger fan-out nearly every write creates a document and
+/// each miss descends redb's B-tree, work that on the one writer thread delays every commit.
 pub(crate) struct KnownDocs {
     pub(crate) at: herald_storage::ReadPoint,
     /// Document key -> stored record (`None`: no document).
@@ -40,21 +40,10 @@ impl KnownDocs {
             let entries = writes
                 .iter()
                 .map(|w| {
-                    let (collection, id, doc) = match w {
-                        Write::Put {
-                            collection,
-                            id,
-                            doc,
-                            ..
-                        } => (collection, id.as_str(), doc),
-                        Write::Insert {
-                            collection,
-                            id,
-                            doc,
-                            ..
-                        } => (collection, id.as_deref().expect("prepared"), doc),
-                        Write::Update { .. } | Write::Delete { .. } => return Cell::new(None),
+                    let Some(doc) = w.supplied() else {
+                        return Cell::new(None);
                     };
+                    let (collection, id) = w.target();
                     // An error is left for the writer to find and report.
                     let computed = entries(collection, id, doc, cat.collection(collection), limit);
                     Cell::new(computed.ok())
@@ -65,14 +54,8 @@ impl KnownDocs {
         let read = store.read()?;
         let mut docs = HashMap::with_capacity(writes.len());
         for w in writes {
-            let key = match w {
-                Write::Put { collection, id, .. }
-                | Write::Update { collection, id, .. }
-                | Write::Delete { collection, id, .. } => doc_key(collection, id),
-                Write::Insert { collection, id, .. } => {
-                    doc_key(collection, id.as_deref().expect("prepared"))
-                }
-            };
+            let (collection, id) = w.target();
+            let key = doc_key(collection, id);
             if let hash_map::Entry::Vacant(slot) = docs.entry(key) {
                 let stored = read.get(Table::Docs, slot.key())?;
                 slot.insert(stored);

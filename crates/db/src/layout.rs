@@ -1,12 +1,13 @@
-//! How documents, index entries, the commit log and metadata are laid out as bytes in the
-//! storage tables. The only place that knows the byte formats.
+//! How documents, index entries and metadata are laid out as bytes in the storage tables. The
+//! commit log's record format is `commitlog/codec.rs`'s, the client mutation ids' is
+//! `mutations.rs`'s; every other byte format is here.
 //!
 //! - `docs`:  `collection 0x00 id` -> `version (u64 BE) ++ document JSON`
 //! - `index`: `collection 0x00 index-name 0x00 encoded-values ++ id` -> `0xFF ++ len(id)`
 //!   (encoded values use `herald_value::encode_key`, prefix-free and order-preserving, so a
 //!   range over one index returns documents in value order, ties in id order; the value says
 //!   how long the key's id is, see [`index_value`]; entries written before it hold the id)
-//! - `log`:   `seq (u64 BE)` -> commit record JSON
+//! - `log`:   `seq (u64 BE)` -> `ts (u64 BE) ++` commit record JSON (see `commitlog/`)
 //! - `meta`:  `seq` -> last committed seq; `catalog` -> index catalog JSON; `mutation/...` ->
 //!   the client mutation ids of recent commits (their format lives in `mutations.rs`)
 //!
@@ -148,10 +149,6 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
         }
     }
     vec![0xFF; prefix.len() + 1]
-}
-
-pub fn log_key(seq: u64) -> [u8; 8] {
-    seq.to_be_bytes()
 }
 
 #[cfg(test)]

@@ -5,16 +5,43 @@
 //! (`herald-storage`): it is the only crate that knows both documents and storage. It knows
 //! nothing of HTTP or async runtimes; callers wait on storage tickets (blocking or `.await`).
 //!
-//! The write path (`write.rs`) runs inside the storage layer's group-commit writer, so every
-//! commit is one storage job: preconditions, documents, index entries, the next `seq`, the commit
-//! record, all-or-nothing. Reads (`exec.rs`) run on one storage snapshot and report the seq they
-//! reflect.
+//! # Modules, top to bottom
+//!
+//! Each module uses only modules of lower layers (a test, `layering.rs`, reads this list and
+//! the `crate::` paths of the sources and fails on any other use, so there are no import
+//! cycles):
+//!
+//! 6. `live`: the live-query engine (views, predicate index, window diffs, resume), which
+//!    reads the feed and the commit log through `Db`.
+//! 5. `db`: [`Db`], one database: open, reads and queries (`mod.rs`), committing
+//!    (`submit.rs`), indexes and their builds (`indexes.rs`), trigger and task operations
+//!    (`triggers.rs`), collections, system records.
+//! 4. `write`: the write path: [`Write`]s validated on the caller's thread (`prepare`), then
+//!    applied as named steps in one storage job (`apply.rs`); and `exec`: a plan run on a
+//!    snapshot.
+//! 3. `commitlog`: the commit-log record codec, appends, reads by seq ([`LogRead`]) and
+//!    pruning; `feed`: the in-memory ring of recent commits for live queries; `triggers`:
+//!    definitions, matching and the task queues the write path fills; `mutations`: client
+//!    mutation ids; `known`: what a trigger task reads before its commit is queued;
+//!    `planner`: choosing a plan.
+//! 2. `txn`: the transaction vocabulary ([`Write`], [`Transaction`], [`QueueFull`],
+//!    [`CommitOutcome`], [`Change`], [`Guard`]); `indexer`: a document's index entries.
+//! 1. `names`: path and id rules; `layout`: the byte formats of documents and index entries;
+//!    `catalog`: the index catalog.
+//! 0. `error`: [`DbError`].
+//!
+//! The write path runs inside the storage layer's group-commit writer, so every commit is one
+//! storage job: preconditions, documents, index entries, the next `seq`, the commit record,
+//! all-or-nothing. Reads (`exec.rs`) run on one storage snapshot and report the seq they
+//! reflect. "The commit log no longer reaches back" is an expected outcome
+//! ([`LogRead::Gone`], or [`DbError::LogGone`] where it must be an error), never `corrupt`.
 
 mod catalog;
-mod collections;
+mod commitlog;
 mod db;
 mod error;
 mod exec;
+mod feed;
 mod indexer;
 mod known;
 mod layout;
@@ -22,13 +49,19 @@ pub mod live;
 mod mutations;
 mod names;
 mod planner;
-mod system;
 pub mod triggers;
+mod txn;
 mod write;
 
+#[cfg(test)]
+mod layering;
+
 pub use catalog::{CompositeIndex, IndexField, IndexState};
-pub use collections::COLLECTIONS_LIST_MAX;
-pub use db::{Db, DbOptions, QueryOutcome, StoredDoc, BUILD_CHUNK_DOCS, COMPOSITE_INDEXES_MAX};
+pub use commitlog::{LogRead, LOG_PRUNE_PER_COMMIT_MAX, LOG_PRUNE_RESCAN_EVERY};
+pub use db::{
+    Db, DbOptions, QueryOutcome, StoredDoc, BUILD_CHUNK_DOCS, COLLECTIONS_LIST_MAX,
+    COMPOSITE_INDEXES_MAX,
+};
 pub use error::DbError;
 pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};
 pub use herald_storage::{
@@ -44,7 +77,7 @@ pub use names::{
     check_collection, check_segment, generate_id, split_document_path, COLLECTION_PATH_BYTES_MAX,
     SEGMENT_BYTES_MAX,
 };
-pub use write::{
-    Change, ChangeOp, CommitOutcome, Guard, Write, WriteEffect, WriteGuard, WriteResult,
-    COMMIT_WRITES_MAX, LOG_PRUNE_PER_COMMIT_MAX, LOG_PRUNE_RESCAN_EVERY,
+pub use txn::{
+    Change, ChangeOp, CommitOutcome, Guard, QueueFull, Refused, Transaction, Write, WriteEffect,
+    WriteGuard, WriteResult, COMMIT_WRITES_MAX,
 };

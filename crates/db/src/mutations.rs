@@ -17,9 +17,9 @@
 //! retry a write later than the retention age (the SDK retries within seconds or minutes).
 
 use crate::error::DbError;
-use crate::write::{ChangeOp, WriteResult};
+use crate::txn::{ChangeOp, WriteResult};
 use herald_storage::{Table, WriteTxn};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 /// Longest accepted mutation id, in bytes.
 pub const MUTATION_ID_BYTES_MAX: usize = 128;
@@ -77,6 +77,41 @@ fn ord_key(ordinal: u64) -> Vec<u8> {
     k
 }
 
+/// The outcome stored under a mutation id (the JSON after its ordinal and time): the commit's
+/// seq and, per write, what it did. A storage format: the members and their order are what is
+/// on disk.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredOutcome {
+    seq: u64,
+    results: Vec<StoredResult>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredResult {
+    /// `null` for a delete of a missing document.
+    op: Option<ChangeOp>,
+    collection: String,
+    id: String,
+    version: u64,
+}
+
+impl StoredOutcome {
+    fn of(seq: u64, results: &[WriteResult]) -> StoredOutcome {
+        StoredOutcome {
+            seq,
+            results: results
+                .iter()
+                .map(|r| StoredResult {
+                    op: r.op,
+                    collection: r.collection.clone(),
+                    id: r.id.clone(),
+                    version: r.version,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// The outcome recorded for a known mutation id: its seq and results (without documents).
 pub(crate) fn lookup(
     txn: &WriteTxn<'_>,
@@ -88,29 +123,20 @@ pub(crate) fn lookup(
     let body = bytes
         .get(16..)
         .ok_or_else(|| DbError::Corrupt("mutation record too short".into()))?;
-    let v: Value = serde_json::from_slice(body)
+    let stored: StoredOutcome = serde_json::from_slice(body)
         .map_err(|e| DbError::Corrupt(format!("mutation record: {e}")))?;
-    let seq = v["seq"].as_u64().unwrap_or(0);
-    let results = v["results"]
-        .as_array()
-        .map(|rs| rs.iter().map(result_from_json).collect())
-        .unwrap_or_default();
-    Ok(Some((seq, results)))
-}
-
-fn result_from_json(r: &Value) -> WriteResult {
-    WriteResult {
-        collection: r["collection"].as_str().unwrap_or_default().to_string(),
-        id: r["id"].as_str().unwrap_or_default().to_string(),
-        op: match r["op"].as_str() {
-            Some("insert") => Some(ChangeOp::Insert),
-            Some("update") => Some(ChangeOp::Update),
-            Some("delete") => Some(ChangeOp::Delete),
-            _ => None,
-        },
-        version: r["version"].as_u64().unwrap_or(0),
-        record: None,
-    }
+    let results = stored
+        .results
+        .into_iter()
+        .map(|r| WriteResult {
+            op: r.op,
+            collection: r.collection,
+            id: r.id,
+            version: r.version,
+            record: None,
+        })
+        .collect();
+    Ok(Some((stored.seq, results)))
 }
 
 /// Records `id` with the commit's outcome and prunes the oldest records beyond retention.
@@ -123,16 +149,9 @@ pub(crate) fn record(
     retention: &MutationRetention,
 ) -> Result<(), DbError> {
     let ordinal = txn.get_u64(Table::Meta, NEXT_KEY)?.unwrap_or(0);
-    let results: Vec<Value> = results
-        .iter()
-        .map(|r| {
-            json!({"op": r.op.map(ChangeOp::as_str), "collection": r.collection, "id": r.id,
-                   "version": r.version})
-        })
-        .collect();
     let mut value = ordinal.to_be_bytes().to_vec();
     value.extend_from_slice(&now_ms.to_be_bytes());
-    serde_json::to_writer(&mut value, &json!({"seq": seq, "results": results})).expect("JSON");
+    serde_json::to_writer(&mut value, &StoredOutcome::of(seq, results)).expect("JSON");
     txn.put(Table::Meta, id_key(id), value)?;
     txn.put(Table::Meta, ord_key(ordinal), id.as_bytes().to_vec())?;
     txn.put_u64(Table::Meta, NEXT_KEY.to_vec(), ordinal + 1)?;
@@ -180,8 +199,9 @@ fn prune(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Db, DbOptions, Durability, Write};
+    use crate::{Db, DbOptions, Durability, QueueFull, Transaction, Write};
     use herald_query::Update;
+    use serde_json::{json, Value};
 
     fn open(dir: &std::path::Path, retention: MutationRetention) -> Db {
         let options = DbOptions {
@@ -203,9 +223,8 @@ mod tests {
     }
 
     fn send(db: &Db, writes: Vec<Write>, id: &str) -> Result<crate::CommitOutcome, DbError> {
-        Ok(db
-            .try_submit_mutation(writes, Some(id.into()), None)?
-            .wait()?)
+        let txn = Transaction::new(writes).mutation_id(Some(id.into()));
+        Ok(db.submit(txn, QueueFull::Refuse)?.wait()?)
     }
 
     fn n(db: &Db, id: &str) -> Value {
@@ -245,8 +264,8 @@ mod tests {
         let db = open(dir.path(), MutationRetention::default());
         let tickets: Vec<_> = (0..4)
             .map(|_| {
-                db.try_submit_mutation(inc("b"), Some("same".into()), None)
-                    .unwrap()
+                let txn = Transaction::new(inc("b")).mutation_id(Some("same".into()));
+                db.submit(txn, QueueFull::Refuse).unwrap()
             })
             .collect();
         let outcomes: Vec<_> = tickets.into_iter().map(|t| t.wait().unwrap()).collect();
@@ -328,11 +347,52 @@ mod tests {
         assert!(check_mutation_id(&"x".repeat(MUTATION_ID_BYTES_MAX)).is_ok());
         let dir = tempfile::tempdir().unwrap();
         let db = open(dir.path(), MutationRetention::default());
-        let err = db
-            .try_submit_mutation(inc("z"), Some(String::new()), None)
-            .err()
-            .unwrap();
-        assert_eq!(err.code(), "bad_request");
+        let txn = Transaction::new(inc("z")).mutation_id(Some(String::new()));
+        let err = db.submit(txn, QueueFull::Refuse).err().unwrap();
+        assert_eq!(err.error.code(), "bad_request");
+        assert!(
+            err.writes.is_none(),
+            "an invalid transaction is not handed back"
+        );
         assert_eq!(n(&db, "z"), Value::Null);
+    }
+
+    /// The stored outcome is byte for byte what the `json!` form wrote before it was a struct
+    /// (it is on disk).
+    #[test]
+    fn the_stored_outcome_format_is_unchanged() {
+        let results = vec![
+            WriteResult {
+                collection: "c/x\"y".into(),
+                id: "a".into(),
+                op: Some(ChangeOp::Update),
+                version: 3,
+                record: Some(vec![0; 9]),
+            },
+            WriteResult {
+                collection: "c".into(),
+                id: "é".into(),
+                op: None,
+                version: 0,
+                record: None,
+            },
+        ];
+        let old: Vec<Value> = results
+            .iter()
+            .map(|r| {
+                json!({"op": r.op.map(ChangeOp::as_str), "collection": r.collection, "id": r.id,
+                       "version": r.version})
+            })
+            .collect();
+        let expected = serde_json::to_vec(&json!({"seq": 12, "results": old})).unwrap();
+        let stored = serde_json::to_vec(&StoredOutcome::of(12, &results)).unwrap();
+        assert_eq!(
+            String::from_utf8(stored.clone()).unwrap(),
+            String::from_utf8(expected).unwrap()
+        );
+        let back: StoredOutcome = serde_json::from_slice(&stored).unwrap();
+        assert_eq!(back.seq, 12);
+        assert_eq!(back.results[0].op, Some(ChangeOp::Update));
+        assert_eq!(back.results[1].op, None);
     }
 }

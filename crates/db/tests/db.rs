@@ -1,7 +1,7 @@
 //! Database integration tests on a real store in a temporary directory: commits, versions,
 //! transactions, the commit log, indexes and the planner-versus-full-scan property.
 
-use herald_db::{Db, DbError, DbOptions, Durability, Write};
+use herald_db::{Db, DbError, DbOptions, Durability, QueueFull, Refused, Transaction, Write};
 use herald_query::{Direction, Filter, Query, Update};
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -372,9 +372,12 @@ fn a_full_queue_hands_the_writes_back() {
             id: None,
             doc: json!({"i": i}),
         }];
-        match db.try_submit_or_return(w) {
+        match db.submit(w, QueueFull::Refuse) {
             Ok(t) => tickets.push(t),
-            Err((e, back)) => {
+            Err(Refused {
+                error: e,
+                writes: back,
+            }) => {
                 assert_eq!(e.code(), "overloaded");
                 let back = back.expect("an overloaded submit hands the writes back");
                 let Write::Insert { id, doc, .. } = &back[0] else {
@@ -389,13 +392,15 @@ fn a_full_queue_hands_the_writes_back() {
                 // Retry until it is queued; the id stays the same.
                 let mut again = back;
                 let ticket = loop {
-                    match db.try_submit_or_return(again) {
+                    match db.submit(again, QueueFull::Refuse) {
                         Ok(t) => break t,
-                        Err((_, Some(b))) => {
+                        Err(Refused {
+                            writes: Some(b), ..
+                        }) => {
                             again = b;
                             std::thread::sleep(Duration::from_micros(200));
                         }
-                        Err((e, None)) => panic!("{e}"),
+                        Err(Refused { error: e, .. }) => panic!("{e}"),
                     }
                 };
                 let out = ticket.wait().unwrap();
@@ -783,7 +788,10 @@ fn a_write_guard_sees_each_write_and_its_refusal_applies_nothing() {
     ];
     let seq = db.seq();
     let err = db
-        .try_submit_guarded(writes, guard.clone())
+        .submit(
+            Transaction::new(writes).guard(guard.clone()),
+            QueueFull::Refuse,
+        )
         .unwrap()
         .wait()
         .unwrap_err();
@@ -807,16 +815,22 @@ fn a_write_guard_sees_each_write_and_its_refusal_applies_nothing() {
     );
     // Refused before its document is computed.
     let err = db
-        .try_submit_guarded(vec![put("c", "locked", json!({"n": 1}))], guard.clone())
+        .submit(
+            Transaction::new(vec![put("c", "locked", json!({"n": 1}))]).guard(guard.clone()),
+            QueueFull::Refuse,
+        )
         .unwrap()
         .wait()
         .unwrap_err();
     assert_eq!(DbError::from(err).to_string(), "locked");
     // Allowed: applies normally.
-    db.try_submit_guarded(vec![put("c", "a", json!({"n": 2}))], guard)
-        .unwrap()
-        .wait()
-        .unwrap();
+    db.submit(
+        Transaction::new(vec![put("c", "a", json!({"n": 2}))]).guard(guard),
+        QueueFull::Refuse,
+    )
+    .unwrap()
+    .wait()
+    .unwrap();
     assert_eq!(db.get("c", "a").unwrap().unwrap().doc["n"], json!(2));
 }
 

@@ -631,10 +631,13 @@ fn every_outcome_matches_the_reference_rules() {
                 let (writes, meta) = for_guard(txn.clone());
                 let guard = rules_guard(rules.clone(), user.auth(), meta);
                 let got = answer_of(
-                    db.try_submit_guarded(writes, guard)
-                        .unwrap()
-                        .wait()
-                        .map_err(DbError::from),
+                    db.submit(
+                        herald_db::Transaction::new(writes).guard(guard),
+                        herald_db::QueueFull::Refuse,
+                    )
+                    .unwrap()
+                    .wait()
+                    .map_err(DbError::from),
                 );
                 assert_eq!(
                     got.0,

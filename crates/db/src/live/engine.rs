@@ -366,7 +366,7 @@ impl Engine {
         }
         let docs = match Self::top_at(db, collection, query, Self::fetch_size(query), from) {
             Ok(d) => d,
-            Err(DbError::Corrupt(m)) if m == LOG_GONE => return Ok(Replayed::Gap(GAP_LOG)),
+            Err(DbError::LogGone { .. }) => return Ok(Replayed::Gap(GAP_LOG)),
             // The result as of `from` is rebuilt from today's by undoing every change since;
             // past `QUERY_DOCS_MAX` of them that query is refused. A fresh result (a reset) is
             // then what the subscriber gets, as when the log no longer reaches back; replaying
@@ -380,7 +380,7 @@ impl Engine {
         let mut at = from;
         while at < to {
             let upto = to.min(at + CATCH_UP_COMMITS_MAX);
-            let Some(commits) = db.commits_between(at, upto)? else {
+            let crate::LogRead::Commits(commits) = db.commits_between(at, upto)? else {
                 return Ok(Replayed::Gap(GAP_LOG));
             };
             for c in commits {
@@ -471,7 +471,7 @@ impl Engine {
         let db = self.shared.db.clone();
         while self.seq < last {
             let upto = last.min(self.seq + CATCH_UP_COMMITS_MAX);
-            let Ok(Some(commits)) = db.commits_between(self.seq, upto) else {
+            let Ok(crate::LogRead::Commits(commits)) = db.commits_between(self.seq, upto) else {
                 self.fell_behind(&db, last);
                 return;
             };
@@ -689,8 +689,6 @@ fn apply_commit(
     apply_changes(db, collection, view, commit.seq, &changes)
 }
 
-const LOG_GONE: &str = "the commit log no longer reaches back to the requested seq";
-
 /// How a resume's replay ended.
 enum Replayed {
     /// Every missed commit was sent (or the subscriber went away).
@@ -745,9 +743,7 @@ pub fn top_at(
                 out.seq
             )));
         }
-        let commits = db
-            .commits_between(target, out.seq)?
-            .ok_or_else(|| DbError::Corrupt(LOG_GONE.into()))?;
+        let commits = db.commits_between(target, out.seq)?.into_commits()?;
         let delta: usize = commits
             .iter()
             .map(|c| {

@@ -9,15 +9,17 @@
 //! the emitted events to the client's previous list yields exactly the pull query's result at that
 //! commit's seq.
 
-mod clock;
 mod diff;
 pub mod engine;
-mod feed;
 pub mod matcher;
 mod view;
 
-pub use clock::{CommitClock, CLOCK_SLOTS};
 pub use diff::{diff_windows, ChangeEvent, EventKind};
 pub use engine::{LiveEngine, Sink, SubscribeRequest, SUBSCRIBERS_PER_VIEW_MAX};
-pub use feed::{commit_from_log, Commit, Feed, FEED_BYTES_MAX, FEED_RING_MAX, REAPER_BYTES_MAX};
+// The change feed moved out of `live` (it is the database's output, below `Db`); its names stay
+// reachable here, and `feed` is in scope for the modules below (`live::feed::Commit`).
+use crate::feed;
+pub use crate::feed::{
+    Commit, CommitClock, Feed, CLOCK_SLOTS, FEED_BYTES_MAX, FEED_RING_MAX, REAPER_BYTES_MAX,
+};
 pub use view::{DocChange, LiveView, Refill, SLACK_DEFAULT};

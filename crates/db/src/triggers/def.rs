@@ -6,7 +6,7 @@
 
 use crate::error::DbError;
 use crate::names::{check_segment, COLLECTION_PATH_BYTES_MAX, COLLECTION_SEGMENTS_MAX};
-use crate::write::ChangeOp;
+use crate::txn::ChangeOp;
 use herald_query::Filter;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};

@@ -6,6 +6,9 @@
 //! the change itself (invariant 5): a task exists exactly when its write committed. The
 //! client's acknowledgement does not wait for the task to run.
 //!
+//! This module is what the write path needs (definitions, matching, the queues) and sits
+//! below it; the operations on triggers and tasks are `Db` methods in `db/triggers.rs`.
+//!
 //! Running tasks is the server's job (it owns the script engine, the HTTP client and the
 //! worker pool); this module gives it what exactly-once effects need:
 //! [`Db::complete_task`](crate::Db::complete_task) commits the task's writes and deletes the
@@ -26,11 +29,11 @@ pub use def::{
     check_pattern, pattern_matches, Action, TriggerDef, ATTEMPTS_MAX_DEFAULT, ATTEMPTS_MAX_LIMIT,
     FUNCTION_SOURCE_BYTES_MAX, TRIGGERS_MAX,
 };
-pub(crate) use ops::load;
+pub(crate) use ops::{bad_label, load, meta_key, META_TRIGGER_UID};
 pub use ops::{
     task_json, ReadCheck, TaskDone, TaskFailed, DEAD_CHUNK_MAX, DEAD_LIST_MAX, TASK_WRITES_HEAVY,
     TASK_WRITES_MAX,
 };
 pub use registry::{RecentError, Registry, TriggerStats, RECENT_ERRORS_MAX};
-pub(crate) use task::enqueue;
+pub(crate) use task::{dead_prefix, enqueue, queue_prefix};
 pub use task::{Task, TaskId, TRIGGER_DEPTH_MAX};

@@ -12,7 +12,7 @@
 
 use crate::error::DbError;
 use crate::triggers::registry::Registry;
-use crate::write::Change;
+use crate::txn::Change;
 use herald_storage::{Table, WriteTxn};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};

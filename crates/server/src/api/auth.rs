@@ -297,18 +297,17 @@ pub async fn submit_mutation_as(
     writes: Vec<Write>,
     mutation_id: Option<String>,
 ) -> ApiResult<CommitOutcome> {
-    let Some(user) = p.user() else {
-        return Ok(st
-            .db
-            .try_submit_mutation(writes, mutation_id, None)?
-            .await?);
+    let txn = match p.user() {
+        None => herald_db::Transaction::new(writes),
+        Some(user) => {
+            let (writes, meta) = for_guard(writes);
+            let guard = rules_guard(st.auth.rules(), user.clone(), meta);
+            herald_db::Transaction::new(writes).guard(guard)
+        }
     };
-    let (writes, meta) = for_guard(writes);
-    let guard = rules_guard(st.auth.rules(), user.clone(), meta);
-    Ok(st
-        .db
-        .try_submit_mutation(writes, mutation_id, Some(guard))?
-        .await?)
+    let txn = txn.mutation_id(mutation_id);
+    let queued = st.db.submit(txn, herald_db::QueueFull::Refuse);
+    Ok(queued.map_err(|refused| refused.error)?.await?)
 }
 
 async fn blocking<T: Send + 'static>(

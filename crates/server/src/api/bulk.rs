@@ -110,10 +110,13 @@ pub(crate) enum Submitted {
 /// Queues one transaction without blocking. The writes are not cloned: a full queue hands
 /// them back (the shared ingest step of `/v1/bulk` and WebSocket writes).
 pub(crate) fn try_queue(st: &AppState, writes: Vec<Write>) -> Submitted {
-    match st.db.try_submit_or_return(writes) {
+    match st.db.submit(writes, herald_db::QueueFull::Refuse) {
         Ok(ticket) => Submitted::Queued(ticket),
-        Err((DbError::Storage(e), Some(back))) if e.code() == "overloaded" => Submitted::Full(back),
-        Err((e, _)) => Submitted::Failed(ApiError::from(e)),
+        Err(herald_db::Refused {
+            error: DbError::Storage(e),
+            writes: Some(back),
+        }) if e.code() == "overloaded" => Submitted::Full(back),
+        Err(refused) => Submitted::Failed(ApiError::from(refused.error)),
     }
 }
 

@@ -6,7 +6,7 @@
 //! reading it, the scan seeks to `collection 0x01` (the end of that collection's prefix) and
 //! reads one key again. A collection exists exactly while it holds a document.
 
-use crate::db::Db;
+use super::Db;
 use crate::error::DbError;
 use crate::layout::{collection_prefix, prefix_end};
 use herald_storage::{ReadTxn, Table};

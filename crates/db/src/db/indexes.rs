@@ -1,456 +1,23 @@
-//! [`Db`]: one database in one directory. Opens the store, loads the index catalog, and offers
-//! commits (group-committed through the storage writer), point reads, queries with plans and
-//! explain, index management with background builds, and the commit log.
+//! Index management on [`Db`]: composite indexes and automatic-index exemptions, changed by
+//! catalog jobs on the writer thread, filled by background builds in bounded chunks, and the
+//! removal of entries no index has any more.
 
+use super::{Db, BUILD_CHUNK_DOCS, COMPOSITE_INDEXES_MAX};
 use crate::catalog::{Catalog, CompositeIndex, IndexField, IndexState};
 use crate::error::DbError;
-use crate::exec::{execute, Examined};
-use crate::indexer::{composite_index_name, entries, field_index_name, STRING_KEY_BYTES_MAX};
+use crate::indexer::{composite_index_name, entries, field_index_name};
 use crate::layout::{
-    collection_prefix, decode_doc, doc_key, index_entry_id, index_prefix, index_value, log_key,
-    META_CATALOG, META_SEQ,
+    collection_prefix, decode_doc, doc_key, index_entry_id, index_prefix, index_value, META_CATALOG,
 };
-use crate::mutations::{self, check_mutation_id, MutationRetention};
 use crate::names::{check_collection, check_segment};
-use crate::planner::plan;
-use crate::write::{
-    apply, prepare, ApplyCtx, CommitOutcome, Write, WriteGuard, WriteSettings, COMMIT_WRITES_MAX,
-};
-use herald_query::{Direction, Query};
-use herald_storage::{Durability, Store, StoreOptions, Table, Ticket, WriteTxn};
-use herald_value::{DocumentLimits, FieldPath, Value};
+use herald_query::Direction;
+use herald_storage::{Table, WriteTxn};
+use herald_value::{FieldPath, Value};
 use serde_json::json;
 use std::collections::BTreeSet;
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// Most composite indexes per collection.
-pub const COMPOSITE_INDEXES_MAX: usize = 64;
-/// Documents indexed per background build step (one storage job each).
-pub const BUILD_CHUNK_DOCS: usize = 500;
-
-#[derive(Debug, Clone)]
-pub struct DbOptions {
-    pub durability: Durability,
-    pub limits: DocumentLimits,
-    /// Commit-log records kept, at most (older ones are pruned).
-    pub log_retention_count: u64,
-    /// Commit-log records older than this are pruned.
-    pub log_retention_age: Duration,
-    /// How many client mutation ids are remembered, and for how long (see `mutations.rs`).
-    pub mutations: MutationRetention,
-    pub store: StoreOptions,
-    /// Strings longer than this many bytes are cut in index entries of a store created with
-    /// these options (an existing store keeps the limit it was created with).
-    pub string_key_bytes_max: usize,
-}
-
-impl Default for DbOptions {
-    fn default() -> Self {
-        DbOptions {
-            durability: Durability::Fsync,
-            limits: DocumentLimits::default(),
-            log_retention_count: 1_000_000,
-            log_retention_age: Duration::from_secs(24 * 3600),
-            mutations: MutationRetention::default(),
-            store: StoreOptions::default(),
-            string_key_bytes_max: STRING_KEY_BYTES_MAX,
-        }
-    }
-}
-
-/// A document as stored: the JSON and its version.
-#[derive(Debug, Clone)]
-pub struct StoredDoc {
-    pub doc: Value,
-    pub version: u64,
-}
-
-#[derive(Debug, Clone)]
-pub struct QueryOutcome {
-    pub docs: Vec<Value>,
-    /// The commit the result reflects.
-    pub seq: u64,
-    pub explain: Value,
-}
-
-#[derive(Clone)]
-pub struct Db {
-    pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) store: Store,
-    /// Committed transactions for the live-query engine, fed by the commit hook.
-    pub(crate) feed: Arc<crate::live::Feed>,
-    pub(crate) catalog: RwLock<Catalog>,
-    /// The last committed seq, advanced by the writer after each commit.
-    pub(crate) seq: AtomicU64,
-    pub(crate) settings: WriteSettings,
-    /// Trigger definitions the write path matches, with their counters.
-    pub(crate) triggers: crate::triggers::Registry,
-}
-
-/// Why [`Db::try_submit_or_return`] did not queue a transaction, with its writes when the
-/// write queue was only full (`overloaded`), so they can be retried without a copy.
-pub type Refused = (DbError, Option<Vec<Write>>);
-
-/// What runs after a commit that changed documents, on the writer thread in commit order:
-/// advance the seq, publish to the live-query feed, count the tasks it queued. The changes
-/// move into the hook (the feed owns them), so `outcome.changes` is empty afterwards: copying
-/// every before- and after-image of every commit cost the writer measurable time.
-pub(crate) fn publish_hook(
-    inner: &Arc<Inner>,
-    outcome: &mut CommitOutcome,
-) -> impl FnOnce() + 'static {
-    let db = Arc::clone(inner);
-    let seq = outcome.seq;
-    let changes = (!outcome.changes.is_empty()).then(|| std::mem::take(&mut outcome.changes));
-    let bytes = outcome.record_bytes;
-    let tasks = outcome.tasks.clone();
-    move || {
-        db.seq.fetch_max(seq, Ordering::AcqRel);
-        if let Some(changes) = changes {
-            db.feed.publish(crate::live::Commit {
-                seq,
-                changes,
-                bytes,
-            });
-        }
-        db.triggers.tasks_committed(&tasks);
-    }
-}
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+use std::sync::Arc;
 
 impl Db {
-    pub fn open(dir: &Path, options: DbOptions) -> Result<Db, DbError> {
-        let mut store_opts = options.store.clone();
-        store_opts.durability = options.durability;
-        let store = Store::open(dir, store_opts)?;
-        let read = store.read()?;
-        let seq = read.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0);
-        // A new store cuts long strings in index entries; a store that already has commits
-        // but no catalog predates the limit and keeps whole strings (its entries hold them).
-        let (catalog, new_store): (Catalog, bool) = match read.get(Table::Meta, META_CATALOG)? {
-            Some(bytes) => (
-                serde_json::from_slice(&bytes)
-                    .map_err(|e| DbError::Corrupt(format!("catalog: {e}")))?,
-                false,
-            ),
-            None if seq == 0 => (
-                Catalog {
-                    string_key_bytes_max: Some(options.string_key_bytes_max),
-                    ..Catalog::default()
-                },
-                true,
-            ),
-            None => (Catalog::default(), false),
-        };
-        let triggers = crate::triggers::load(&read)?;
-        drop(read);
-        let pending: Vec<(String, String)> = catalog
-            .collections
-            .iter()
-            .flat_map(|(c, cc)| {
-                let composites = cc
-                    .composites
-                    .iter()
-                    .filter(|ci| ci.state == IndexState::Building)
-                    .map(move |ci| (c.clone(), composite_index_name(&ci.name)));
-                let fields = cc
-                    .building_fields
-                    .iter()
-                    .map(move |p| (c.clone(), field_index_name(p)));
-                composites.chain(fields).collect::<Vec<_>>()
-            })
-            .collect();
-        let db = Db {
-            inner: Arc::new(Inner {
-                store,
-                feed: Arc::new(crate::live::Feed::new(seq)),
-                catalog: RwLock::new(catalog),
-                seq: AtomicU64::new(seq),
-                settings: WriteSettings {
-                    limits: options.limits,
-                    log_retention_count: options.log_retention_count.max(1),
-                    log_retention_age_ms: options.log_retention_age.as_millis() as u64,
-                    mutations: MutationRetention {
-                        retained_max: options.mutations.retained_max.max(1),
-                        ..options.mutations
-                    },
-                    log_prune: Default::default(),
-                },
-                triggers,
-            }),
-        };
-        // One wake of the live feed's reader per batch, after the batch's commits are in it.
-        // (The callback holds the feed, not the database: the writer thread must never own
-        // the last reference to the store it runs in.)
-        let feed = Arc::clone(&db.inner.feed);
-        db.inner.store.on_batch_published(move || feed.announce());
-        if new_store {
-            db.catalog_job(|_| Ok(()))?; // persists the key limit before any entry is written
-        }
-        // Builds interrupted by a shutdown or crash resume where the catalog says.
-        for (collection, index) in pending {
-            db.spawn_build(collection, index);
-        }
-        Ok(db)
-    }
-
-    /// Counters of the storage writer (commits, jobs, last batch size).
-    pub fn storage_metrics(&self) -> herald_storage::MetricsSnapshot {
-        self.inner.store.metrics()
-    }
-
-    /// The change feed (committed transactions in seq order).
-    pub fn feed(&self) -> &crate::live::Feed {
-        &self.inner.feed
-    }
-
-    /// The commits with seq in `(after, upto]`, from memory or else from the commit log.
-    /// `None` when the log no longer reaches back to `after + 1`.
-    pub fn commits_between(
-        &self,
-        after: u64,
-        upto: u64,
-    ) -> Result<Option<Vec<Arc<crate::live::Commit>>>, DbError> {
-        if let Some(c) = self.inner.feed.from_ring(after, upto) {
-            return Ok(Some(c));
-        }
-        let records = self.log_range(after + 1, upto)?;
-        let commits: Vec<Arc<crate::live::Commit>> = records
-            .iter()
-            .filter_map(crate::live::commit_from_log)
-            .map(Arc::new)
-            .collect();
-        // Seqs are gap-free, so the log reaches back exactly when every seq is there.
-        let complete = commits.len() as u64 == upto - after
-            && commits.first().is_some_and(|c| c.seq == after + 1);
-        Ok(complete.then_some(commits))
-    }
-
-    /// The last committed seq.
-    pub fn seq(&self) -> u64 {
-        self.inner.seq.load(Ordering::Acquire)
-    }
-
-    pub fn limits(&self) -> &DocumentLimits {
-        &self.inner.settings.limits
-    }
-
-    /// Queues an atomic transaction; the ticket resolves once it is durable (or failed). Blocks
-    /// while the write queue is full.
-    pub fn submit(&self, writes: Vec<Write>) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
-        self.enqueue(writes, None, true)
-    }
-
-    /// Like [`submit`](Db::submit), but fails with `overloaded` instead of blocking when the
-    /// write queue is full (for async callers, which must not block).
-    pub fn try_submit(
-        &self,
-        writes: Vec<Write>,
-    ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
-        self.enqueue(writes, None, false)
-    }
-
-    /// Like [`try_submit`](Db::try_submit), for a commit carrying a client mutation id: if the
-    /// id was recorded by an earlier commit (within retention), nothing is applied and the
-    /// ticket resolves to that commit's seq and results with `replayed: true`; otherwise the
-    /// writes apply and the id is recorded in the same storage transaction.
-    /// With a `guard`, as [`try_submit_guarded`](Db::try_submit_guarded); a replayed commit
-    /// is not checked again (it was checked when it applied).
-    pub fn try_submit_mutation(
-        &self,
-        writes: Vec<Write>,
-        mutation_id: Option<String>,
-        guard: Option<WriteGuard>,
-    ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
-        if let Some(id) = &mutation_id {
-            check_mutation_id(id)?;
-        }
-        self.enqueue_guarded(writes, mutation_id, false, guard)
-    }
-
-    /// Like [`try_submit`](Db::try_submit), with `guard` checking each write inside the storage
-    /// job, on the exact stored document it replaces and the document it computes: an error
-    /// from the guard fails the whole transaction (nothing applied, no seq consumed). The
-    /// server's security rules use this, so a rule decides on the very before-image the write
-    /// replaces.
-    pub fn try_submit_guarded(
-        &self,
-        writes: Vec<Write>,
-        guard: WriteGuard,
-    ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
-        self.enqueue_guarded(writes, None, false, Some(guard))
-    }
-
-    /// Like [`try_submit`](Db::try_submit), but when the write queue is full hands the writes
-    /// back (prepared: generated ids stay chosen) with the `overloaded` error, so a caller that
-    /// retries later (bulk ingest) need not clone every write before trying.
-    pub fn try_submit_or_return(
-        &self,
-        mut writes: Vec<Write>,
-    ) -> Result<Ticket<CommitOutcome, DbError>, Refused> {
-        let encoded = match prepare(&mut writes, &self.inner.settings.limits, COMMIT_WRITES_MAX) {
-            Ok(encoded) => encoded,
-            Err(e) => return Err((e, None)),
-        };
-        let writes = Arc::new(writes);
-        match self.enqueue_prepared(Arc::clone(&writes), encoded, None, false, None) {
-            Ok(ticket) => Ok(ticket),
-            // A refused job is dropped before the error returns, so ours is the only handle.
-            Err(e) => Err((e, Arc::try_unwrap(writes).ok())),
-        }
-    }
-
-    fn enqueue(
-        &self,
-        writes: Vec<Write>,
-        mutation_id: Option<String>,
-        block: bool,
-    ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
-        self.enqueue_guarded(writes, mutation_id, block, None)
-    }
-
-    fn enqueue_guarded(
-        &self,
-        mut writes: Vec<Write>,
-        mutation_id: Option<String>,
-        block: bool,
-        guard: Option<WriteGuard>,
-    ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
-        let encoded = prepare(&mut writes, &self.inner.settings.limits, COMMIT_WRITES_MAX)?;
-        self.enqueue_prepared(Arc::new(writes), encoded, mutation_id, block, guard)
-    }
-
-    fn enqueue_prepared(
-        &self,
-        mut writes: Arc<Vec<Write>>,
-        mut encoded: crate::write::Encoded,
-        mutation_id: Option<String>,
-        block: bool,
-        guard: Option<WriteGuard>,
-    ) -> Result<Ticket<CommitOutcome, DbError>, DbError> {
-        let inner = Arc::clone(&self.inner);
-        let job = move |txn: &mut WriteTxn<'_>| {
-            let now_ms = now_ms();
-            if let Some(id) = &mutation_id {
-                if let Some((seq, results)) = mutations::lookup(txn, id)? {
-                    return Ok(CommitOutcome::replayed(seq, results));
-                }
-            }
-            let ctx = ApplyCtx {
-                catalog: &inner.catalog,
-                settings: &inner.settings,
-                triggers: &inner.triggers,
-                depth: 0,
-                now_ms,
-                guard: guard.as_deref(),
-                known: None,
-            };
-            // The writes are ours alone once the submitter has let go of them (it keeps a
-            // handle only to get them back from a full queue); otherwise apply a copy.
-            let mut owned;
-            let writes = match Arc::get_mut(&mut writes) {
-                Some(w) => w,
-                None => {
-                    owned = (*writes).clone();
-                    &mut owned
-                }
-            };
-            let mut outcome = apply(txn, writes, &mut encoded, &ctx)?;
-            if let Some(id) = &mutation_id {
-                let retention = &inner.settings.mutations;
-                mutations::record(txn, id, outcome.seq, &outcome.results, now_ms, retention)
-                    .inspect_err(|_| inner.settings.log_prune.request_rescan())?;
-            }
-            // Hooks run in commit order on the writer thread, so the feed sees seqs in order.
-            txn.on_commit(publish_hook(&inner, &mut outcome));
-            Ok(outcome)
-        };
-        let ticket = if block {
-            self.inner.store.submit(job)?
-        } else {
-            self.inner.store.try_submit(job)?
-        };
-        Ok(ticket)
-    }
-
-    /// Commits an atomic transaction and waits until it is durable.
-    pub fn commit(&self, writes: Vec<Write>) -> Result<CommitOutcome, DbError> {
-        Ok(self.submit(writes)?.wait()?)
-    }
-
-    pub fn get(&self, collection: &str, id: &str) -> Result<Option<StoredDoc>, DbError> {
-        check_collection(collection)?;
-        check_segment(id, "document id")?;
-        let read = self.inner.store.read()?;
-        match read.get(Table::Docs, &doc_key(collection, id))? {
-            Some(bytes) => {
-                let (version, doc) = decode_doc(&bytes)?;
-                Ok(Some(StoredDoc { doc, version }))
-            }
-            None => Ok(None),
-        }
-    }
-
-    /// Runs a query at one consistent snapshot and reports which commit it reflects.
-    pub fn query(&self, collection: &str, query: &Query) -> Result<QueryOutcome, DbError> {
-        check_collection(collection)?;
-        let read = self.inner.store.read()?;
-        let seq = read.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0);
-        let chosen = {
-            let cat = self.inner.catalog.read().expect("catalog lock");
-            plan(
-                collection,
-                query,
-                cat.collection(collection),
-                cat.key_string_limit(),
-            )
-        };
-        let (
-            docs,
-            Examined {
-                keys,
-                docs: docs_examined,
-            },
-        ) = execute(&read, collection, query, &chosen)?;
-        let explain = json!({"plan": chosen.describe(), "keysExamined": keys, "docsExamined": docs_examined, "returned": docs.len()});
-        Ok(QueryOutcome { docs, seq, explain })
-    }
-
-    /// The commit-log records with seq in `[from, to]`, as stored JSON.
-    pub fn log_range(&self, from: u64, to: u64) -> Result<Vec<Value>, DbError> {
-        let read = self.inner.store.read()?;
-        let mut out = Vec::new();
-        for entry in read.range(
-            Table::Log,
-            log_key(from).as_slice()..=log_key(to).as_slice(),
-        )? {
-            let (_, v) = entry?;
-            out.push(
-                serde_json::from_slice(&v[8..])
-                    .map_err(|e| DbError::Corrupt(format!("log record: {e}")))?,
-            );
-        }
-        Ok(out)
-    }
-
-    /// The oldest seq still in the commit log (None when empty).
-    pub fn log_first(&self) -> Result<Option<u64>, DbError> {
-        let read = self.inner.store.read()?;
-        let first = read.range::<&[u8]>(Table::Log, ..)?.next().transpose()?;
-        Ok(first.map(|(k, _)| u64::from_be_bytes(k.as_slice().try_into().unwrap_or([0; 8]))))
-    }
-
     /// Declares a composite index; it is filled in the background and used once ready.
     pub fn create_index(
         &self,
@@ -574,7 +141,7 @@ impl Db {
     /// job order, so each persisted copy includes all earlier ones. (If the batch then fails to
     /// commit, memory is ahead of the file until the next catalog write persists it; the
     /// changes are all safe to see early.)
-    fn catalog_job<T: Send + 'static>(
+    pub(super) fn catalog_job<T: Send + 'static>(
         &self,
         change: impl FnOnce(&mut Catalog) -> Result<T, DbError> + Send + 'static,
     ) -> Result<T, DbError> {
@@ -596,7 +163,7 @@ impl Db {
     }
 
     /// Fills an index for the documents that existed before it, in chunks, then marks it ready.
-    fn spawn_build(&self, collection: String, index: String) {
+    pub(super) fn spawn_build(&self, collection: String, index: String) {
         let db = self.clone();
         std::thread::Builder::new()
             .name(format!("herald-build-{index}"))
@@ -769,15 +336,6 @@ impl Db {
             }
         });
     }
-
-    /// Stops the writer after queued work and closes the file.
-    pub fn close(self) -> Result<(), DbError> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(inner) => Ok(inner.store.close()?),
-            // Other handles (a builder thread) still exist; the store closes when they drop.
-            Err(_) => Ok(()),
-        }
-    }
 }
 
 fn index_json(ci: &CompositeIndex) -> Value {
@@ -791,44 +349,10 @@ fn index_json(ci: &CompositeIndex) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::write::Write;
-
-    /// A job that pruned and then failed leaves the hint past records it did not delete; a
-    /// requested rescan finds them, and the log is back to its window.
-    #[test]
-    fn a_requested_rescan_prunes_what_a_failed_job_left_behind() {
-        let dir = tempfile::tempdir().unwrap();
-        let opts = DbOptions {
-            log_retention_count: 5,
-            log_retention_age: std::time::Duration::from_secs(3600),
-            ..DbOptions::default()
-        };
-        let db = Db::open(dir.path(), opts).unwrap();
-        let put = |i: u64| {
-            db.commit(vec![Write::Put {
-                collection: "c".into(),
-                id: "a".into(),
-                doc: json!({ "i": i }),
-                if_version: None,
-            }])
-            .unwrap()
-        };
-        for i in 0..20 {
-            put(i);
-        }
-        assert_eq!(db.log_range(0, 1000).unwrap().len(), 5);
-        db.inner.settings.log_prune.skip_ahead(3);
-        for i in 20..30 {
-            put(i);
-        }
-        // Three records below the hint stay behind...
-        assert_eq!(db.log_range(0, 1000).unwrap().len(), 8);
-        // ...until a rescan.
-        db.inner.settings.log_prune.request_rescan();
-        let last = put(30).seq;
-        assert_eq!(db.log_first().unwrap(), Some(last - 4));
-        assert_eq!(db.log_range(0, 1000).unwrap().len(), 5);
-    }
+    use crate::indexer::STRING_KEY_BYTES_MAX;
+    use crate::txn::Write;
+    use crate::DbOptions;
+    use herald_query::Query;
 
     /// A store from before strings were cut (commits, but no catalog) keeps whole strings in
     /// its index entries after an upgrade: its existing entries are found, new ones match them.

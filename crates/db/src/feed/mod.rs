@@ -3,10 +3,16 @@
 //! The writer's commit hook appends each commit to a bounded in-memory ring and wakes waiters.
 //! Readers ask for the commits after a seq; what has left the ring is read back from the durable
 //! commit log, so a slow reader never loses a commit while the log still reaches back, and never
-//! holds server memory beyond the ring's bound.
+//! holds server memory beyond the ring's bound (that combination is `Db::commits_between`).
+//!
+//! The feed is the database's output and knows nothing of live queries: the live-query engine
+//! (`live/`) consumes it. `clock.rs` stamps when each commit was published.
 
-use crate::write::{Change, ChangeOp};
-use serde_json::Value;
+mod clock;
+
+pub use crate::txn::Commit;
+pub use clock::{CommitClock, CLOCK_SLOTS};
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::TrySendError;
@@ -17,18 +23,10 @@ use std::time::Duration;
 pub const FEED_RING_MAX: usize = 4096;
 /// Bytes of commits (as their commit-log records measure them) kept in memory.
 pub const FEED_BYTES_MAX: usize = 64 << 20;
-/// Bytes of commits (measured the same way) waiting for the reaper to free them: ~0.7 s of
-/// RockBench's 20,000 events/s, enough to ride out a burst without doubling what the ring holds.
+/// Bytes of commits (measured the same way) waiting for the reaper to free them: under a
+/// second of a heavy write load, enough to ride out a burst without doubling what the ring
+/// holds.
 pub const REAPER_BYTES_MAX: usize = 16 << 20;
-
-/// One committed transaction.
-#[derive(Debug, Clone)]
-pub struct Commit {
-    pub seq: u64,
-    pub changes: Vec<Change>,
-    /// Approximate memory it holds (its commit record's size).
-    pub bytes: usize,
-}
 
 #[derive(Default)]
 struct Ring {
@@ -54,7 +52,7 @@ pub struct Feed {
     ring: Mutex<Ring>,
     cv: Condvar,
     /// When each recent commit was published (the server's notification latency metric).
-    pub clock: super::clock::CommitClock,
+    pub clock: CommitClock,
     /// Frees evicted commits off the live-query thread (started on first use).
     reaper: std::sync::OnceLock<Option<Reaper>>,
 }
@@ -62,7 +60,7 @@ pub struct Feed {
 /// A thread in the idle scheduling class that drops the commits that left the ring.
 ///
 /// Why: dropping a commit frees its document trees (tens of allocations per document, made by
-/// the threads that parsed the writes). At 20,000 RockBench events/s that was ~60% of the
+/// the threads that parsed the writes). Under a heavy write load that was most of the
 /// live-query thread's time, work no client waits for. Handed here, it runs only when no other
 /// thread wants a core, so it no longer delays notifications or competes with the write path on
 /// a busy machine. Bounded: at most [`REAPER_BYTES_MAX`] of commits wait for it; beyond that (the
@@ -217,33 +215,6 @@ impl Feed {
                 .collect(),
         )
     }
-}
-
-/// Rebuilds a commit from its commit-log record.
-pub fn commit_from_log(record: &Value) -> Option<Commit> {
-    let seq = record.get("seq")?.as_u64()?;
-    let mut changes = Vec::new();
-    for c in record.get("changes")?.as_array()? {
-        let op = match c.get("op")?.as_str()? {
-            "insert" => ChangeOp::Insert,
-            "update" => ChangeOp::Update,
-            _ => ChangeOp::Delete,
-        };
-        let image = |k: &str| c.get(k).filter(|v| !v.is_null()).cloned();
-        changes.push(Change {
-            collection: c.get("collection")?.as_str()?.to_string(),
-            id: c.get("id")?.as_str()?.to_string(),
-            op,
-            version: c.get("version")?.as_u64()?,
-            before: image("before"),
-            after: image("after"),
-        });
-    }
-    Some(Commit {
-        seq,
-        changes,
-        bytes: 0,
-    })
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! everything else (durable when acknowledged) and invisible to the document API, queries, the
 //! commit log, live queries and triggers.
 
-use crate::db::Db;
+use super::Db;
 use crate::error::DbError;
 use herald_storage::{Table, WriteTxn};
 use serde_json::Value;
