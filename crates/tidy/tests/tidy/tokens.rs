@@ -450,4 +450,36 @@ use b;";
         assert!(!got.all_test);
         assert!(without_test_code(lex("//! Doc.\n#![cfg(test)]\nuse a;")).all_test);
     }
+
+    /// A literal or comment misread would swallow or expose brackets: every Rust file of the
+    /// tree must lex to balanced ones.
+    #[test]
+    fn every_rust_file_of_the_tree_lexes_to_balanced_brackets() {
+        let root = crate::repo_root();
+        let mut unbalanced = Vec::new();
+        for file in crate::files(&root, "crates", "rs") {
+            let mut stack = Vec::new();
+            for t in lex(&crate::read(&root, &file)) {
+                match t.tok {
+                    Tok::Punct(c @ ('(' | '[' | '{')) => stack.push(c),
+                    Tok::Punct(c @ (')' | ']' | '}')) => {
+                        let want = match c {
+                            ')' => '(',
+                            ']' => '[',
+                            _ => '{',
+                        };
+                        if stack.pop() != Some(want) {
+                            unbalanced.push(format!("{file}:{}: unexpected '{c}'", t.line));
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if !stack.is_empty() {
+                unbalanced.push(format!("{file}: {stack:?} left open"));
+            }
+        }
+        assert!(unbalanced.is_empty(), "{unbalanced:#?}");
+    }
 }
