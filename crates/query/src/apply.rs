@@ -326,12 +326,7 @@ fn push_sort_order(sort: &crate::Sort, a: &Value, b: &Value) -> Ordering {
     for key in sort.keys() {
         let va = get_path(a, key.path.segments()).unwrap_or(&null);
         let vb = get_path(b, key.path.segments()).unwrap_or(&null);
-        let ord = compare(va, vb);
-        let ord = if key.dir == crate::Direction::Desc {
-            ord.reverse()
-        } else {
-            ord
-        };
+        let ord = key.dir.orient(compare(va, vb));
         if ord != Ordering::Equal {
             return ord;
         }

@@ -7,14 +7,9 @@
 
 use crate::error::QueryError;
 use crate::limits::SORT_KEYS_MAX;
-use herald_value::{compare, FieldPath, Num, Value};
+use crate::sortkey::{sort_key, Direction, KeyValue};
+use herald_value::{FieldPath, Num, Value};
 use std::cmp::Ordering;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    Asc,
-    Desc,
-}
 
 #[derive(Debug, Clone)]
 pub struct SortKey {
@@ -26,31 +21,6 @@ pub struct SortKey {
 #[derive(Debug, Clone)]
 pub struct Sort {
     keys: Vec<SortKey>,
-}
-
-/// The value one sort key takes for one document.
-#[derive(Debug, Clone, Copy)]
-pub enum KeyValue<'a> {
-    EmptyArray,
-    Null,
-    Value(&'a Value),
-}
-
-impl KeyValue<'_> {
-    fn rank(&self) -> u8 {
-        match self {
-            KeyValue::EmptyArray => 0,
-            KeyValue::Null | KeyValue::Value(Value::Null) => 1,
-            KeyValue::Value(_) => 2,
-        }
-    }
-
-    pub fn order(&self, other: &KeyValue<'_>) -> Ordering {
-        match (self, other) {
-            (KeyValue::Value(a), KeyValue::Value(b)) => compare(a, b),
-            _ => self.rank().cmp(&other.rank()),
-        }
-    }
 }
 
 impl Default for Sort {
@@ -166,7 +136,7 @@ impl Sort {
             Some(m) => {
                 let paths: Vec<_> = self.keys.iter().map(|k| k.path.segments()).collect();
                 let dirs: Vec<_> = self.keys.iter().map(|k| k.dir).collect();
-                crate::sortkey::sort_key(m, &paths, &dirs)
+                sort_key(m, &paths, &dirs)
             }
             None => vec![KeyValue::Null; self.keys.len()],
         }
@@ -174,12 +144,7 @@ impl Sort {
 
     pub fn compare_keys(&self, a: &[KeyValue<'_>], b: &[KeyValue<'_>]) -> Ordering {
         for ((key, va), vb) in self.keys.iter().zip(a).zip(b) {
-            let ord = va.order(vb);
-            let ord = if key.dir == Direction::Desc {
-                ord.reverse()
-            } else {
-                ord
-            };
+            let ord = key.dir.orient(va.order(vb));
             if ord != Ordering::Equal {
                 return ord;
             }

@@ -1,4 +1,8 @@
-//! Computing the sort key of one document, as MongoDB's key generator does.
+//! The sort key of one document, as MongoDB's key generator computes it: the value a key takes
+//! ([`KeyValue`]), its order, and the direction that picks the best candidate. `sort.rs` builds
+//! sort specifications and result order on top of this; nothing here knows a [`Sort`].
+//!
+//! [`Sort`]: crate::Sort
 //!
 //! A path that crosses an array yields one candidate value per element (null for elements that
 //! have no such field, and for an empty array in the middle of the path; an empty array at the end
@@ -10,9 +14,52 @@
 //! `a: [{b: 4, c: 1}, {b: 1, c: 2}]` considers (1, 4) and (2, 1), not (1, 1). The key is the
 //! best tuple in sort order. Paths crossing different arrays expand independently.
 
-use crate::sort::{Direction, KeyValue};
-use herald_value::{Map, Segment, Value};
+use herald_value::{compare, Map, Segment, Value};
 use std::cmp::Ordering;
+
+/// The direction of one sort key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Asc,
+    Desc,
+}
+
+impl Direction {
+    /// `ord`, the ascending order of two key values, seen in this direction.
+    pub(crate) fn orient(self, ord: Ordering) -> Ordering {
+        match self {
+            Direction::Asc => ord,
+            Direction::Desc => ord.reverse(),
+        }
+    }
+}
+
+/// The value one sort key takes for one document.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyValue<'a> {
+    EmptyArray,
+    Null,
+    Value(&'a Value),
+}
+
+impl KeyValue<'_> {
+    fn rank(&self) -> u8 {
+        match self {
+            KeyValue::EmptyArray => 0,
+            KeyValue::Null | KeyValue::Value(Value::Null) => 1,
+            KeyValue::Value(_) => 2,
+        }
+    }
+
+    /// The ascending order of two values of one key: an empty array, then null (and missing),
+    /// then every other value in MongoDB's comparison order.
+    pub fn order(&self, other: &KeyValue<'_>) -> Ordering {
+        match (self, other) {
+            (KeyValue::Value(a), KeyValue::Value(b)) => compare(a, b),
+            _ => self.rank().cmp(&other.rank()),
+        }
+    }
+}
 
 /// Most candidate tuples examined per document; past it the best found so far is used. Only
 /// documents with huge parallel arrays under several sort keys come near it.
@@ -130,12 +177,7 @@ fn explore<'a, 'p>(
 
 fn better(a: &[KeyValue<'_>], b: &[KeyValue<'_>], dirs: &[Direction]) -> bool {
     for ((x, y), dir) in a.iter().zip(b).zip(dirs) {
-        let ord = x.order(y);
-        let ord = if *dir == Direction::Desc {
-            ord.reverse()
-        } else {
-            ord
-        };
+        let ord = dir.orient(x.order(y));
         if ord != Ordering::Equal {
             return ord == Ordering::Less;
         }

@@ -16,6 +16,7 @@
 
 mod eval;
 mod parse;
+mod placeholders;
 pub mod testfile;
 
 pub use eval::{and_filters, AuthCtx, Denial, WriteOp};

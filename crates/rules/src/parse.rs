@@ -2,7 +2,7 @@
 //! "fields"}]}`. Validation is complete: a rule set that parses here cannot fail later for a
 //! reason of its own (a token may still lack a claim a rule needs; that denies, see `eval.rs`).
 
-use crate::eval::{substitute, Resolve};
+use crate::placeholders::{substitute, Resolve};
 use crate::RulesError;
 use herald_query::Filter;
 use serde_json::Value;

@@ -3,7 +3,14 @@
 //! [`LINES_MAX`] lines (the point where a file has stopped being one concept; split it by
 //! concept, not by size).
 //!
-//! `cargo test -p herald-tidy`. It reads files only; it never changes one.
+//! `cargo test -p herald-tidy`. It reads files only; it never changes one. The module-cycle
+//! check is `tidy/cycles.rs`.
+
+// Beside this file rather than in `tests/`, where Cargo would build each as its own test.
+#[path = "tidy/cycles.rs"]
+mod cycles;
+#[path = "tidy/tokens.rs"]
+mod tokens;
 
 use std::fs;
 use std::path::{Path, PathBuf};
