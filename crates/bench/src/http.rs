@@ -1,4 +1,4 @@
-//! `herald bench http`: the storage/API benchmark. Starts `herald serve` (this binary) as a
+//! `herald-bench http`: the storage/API benchmark. Starts `herald serve` as a
 //! child process on a temporary directory (durable, fsync group commit) on loopback and drives
 //! it through real HTTP:
 //!
@@ -8,13 +8,15 @@
 //!    `/v1/bulk` first).
 //!
 //! Client and server share the machine's cores, as they would on one small host. The clients
-//! are [`crate::loadgen`] keep-alive connections (one request at a time each, as `wrk` does),
+//! are [`crate::harness::loadgen`] keep-alive connections (one request at a time each, as `wrk` does),
 //! so the client's share of the CPU stays small; each phase reports the server's and the
 //! client's CPU per operation (`utime + stime` from /proc) next to throughput and latency.
 //! Prints a table and writes JSON (p50/p99/max latency, throughput, CPU) to `out`.
 
-use crate::bench_fanout::procs::{self, Proc};
-use crate::loadgen::{Conn, Response};
+use crate::harness::cpu::self_cpu_secs;
+use crate::harness::loadgen::{Conn, Response};
+use crate::harness::server::{Server, ServerOptions};
+use crate::harness::Durability;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -172,31 +174,24 @@ where
 
 /// Runs a phase and charges it the CPU the server and this process used meanwhile.
 async fn measured(
-    server: &Proc,
-    tick: f64,
+    server: &Server,
     phase: impl std::future::Future<Output = Phase>,
 ) -> Result<Phase, String> {
     let gone = || "herald serve exited during the benchmark".to_string();
     let (s0, c0) = (
-        server.cpu_secs(tick).ok_or_else(gone)?,
-        procs::self_cpu_secs(tick),
+        server.proc.cpu_secs().ok_or_else(gone)?,
+        self_cpu_secs(),
     );
     let mut p = phase.await;
-    p.server_cpu = server.cpu_secs(tick).ok_or_else(gone)? - s0;
-    p.client_cpu = procs::self_cpu_secs(tick) - c0;
+    p.server_cpu = server.proc.cpu_secs().ok_or_else(gone)? - s0;
+    p.client_cpu = self_cpu_secs() - c0;
     Ok(p)
 }
 
 pub async fn run(opts: HttpBenchOptions) -> Result<(), String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let (mut server, base) =
-        procs::spawn_herald(dir.path(), crate::triggers::WORKERS_DEFAULT, "fsync")?;
-    let addr: SocketAddr = base
-        .trim_start_matches("http://")
-        .parse()
-        .map_err(|e| format!("server address {base}: {e}"))?;
-    let tick = procs::clock_ticks();
-    let client = crate::http_client_builder()
+    let mut server = Server::start(ServerOptions::new(Durability::Fsync)).await?;
+    let (addr, base) = (server.addr, server.base());
+    let client = crate::harness::http_client_builder()
         .build()
         .map_err(|e| e.to_string())?;
     let mut phases = Vec::new();
@@ -205,7 +200,6 @@ pub async fn run(opts: HttpBenchOptions) -> Result<(), String> {
     phases.push(
         measured(
             &server,
-            tick,
             drive(
                 "insert 1 KB docs (fsync)",
                 addr,
@@ -228,7 +222,6 @@ pub async fn run(opts: HttpBenchOptions) -> Result<(), String> {
     phases.push(
         measured(
             &server,
-            tick,
             drive(
                 "point read",
                 addr,
@@ -275,7 +268,6 @@ pub async fn run(opts: HttpBenchOptions) -> Result<(), String> {
     phases.push(
         measured(
             &server,
-            tick,
             drive(
                 &format!("range query, 100 of {total} docs"),
                 addr,
@@ -299,7 +291,7 @@ pub async fn run(opts: HttpBenchOptions) -> Result<(), String> {
         )
         .await?,
     );
-    server.check_alive()?;
+    server.proc.check_alive()?;
     drop(server);
 
     println!(

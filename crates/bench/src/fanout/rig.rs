@@ -3,12 +3,13 @@
 //! which gives a phase a fresh tracker and marker watch, runs its driver, waits for the drain
 //! and measures each process's CPU from the start to the end of the drain.
 
-use crate::bench_fanout::load::{self, Mode, Phase, Target};
-use crate::bench_fanout::markers::MarkerWatch;
-use crate::bench_fanout::procs::{self, Proc};
-use crate::bench_fanout::tracker::Tracker;
-use crate::bench_fanout::workload::{self, Graph};
-use crate::bench_fanout::{fanout, FanoutOptions};
+use crate::fanout::load::{self, Mode, Phase, Target};
+use crate::fanout::markers::MarkerWatch;
+use crate::fanout::procs;
+use crate::harness::server::{Proc, Server, ServerOptions};
+use crate::fanout::tracker::Tracker;
+use crate::fanout::workload::{self, Graph};
+use crate::fanout::{fanout, FanoutOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -20,17 +21,21 @@ pub struct Rig {
     // Fields drop in this order: the worker before the Redis it reads, both before Herald.
     pub worker: Option<Proc>,
     pub redis: Option<Proc>,
-    pub server: Proc,
+    pub server: Server,
     pub target: Arc<Target>,
+    /// redis-server's directory.
     _dir: tempfile::TempDir,
 }
 
 impl Rig {
     pub async fn start(mode: Mode, opts: &FanoutOptions, graph: &Graph) -> Result<Rig, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let data = dir.path().join("herald");
-        std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
-        let (server, base) = procs::spawn_herald(&data, opts.workers, opts.durability)?;
+        let server = Server::start(ServerOptions {
+            trigger_workers: Some(opts.workers),
+            ..ServerOptions::new(opts.durability)
+        })
+        .await?;
+        let base = server.base();
         let http = fanout::http_client(load::INFLIGHT_MAX)?;
         graph.load(&http, &base).await?;
         if opts.preload_tweets > 0 {
@@ -38,7 +43,7 @@ impl Rig {
                 .preload(&http, &base, opts.preload_tweets, opts.seed)
                 .await?;
             eprintln!(
-                "herald bench fanout: {}: preloaded {entries} timeline entries ({} earlier tweets)",
+                "herald-bench fanout: {}: preloaded {entries} timeline entries ({} earlier tweets)",
                 mode.name(),
                 opts.preload_tweets
             );
@@ -79,14 +84,14 @@ impl Rig {
     }
 
     pub fn procs(&self) -> Vec<&Proc> {
-        let mut v = vec![&self.server];
+        let mut v = vec![&self.server.proc];
         v.extend(self.redis.iter());
         v.extend(self.worker.iter());
         v
     }
 
     pub fn check_alive(&mut self) -> Result<(), String> {
-        self.server.check_alive()?;
+        self.server.proc.check_alive()?;
         if let Some(p) = self.redis.as_mut() {
             p.check_alive()?;
         }
@@ -114,7 +119,6 @@ pub async fn run_phase<F, Fut>(
     run: &str,
     opts: &FanoutOptions,
     graph: &Graph,
-    tick: f64,
     driver: F,
 ) -> Result<(Ran, Fut::Output), String>
 where
@@ -133,10 +137,10 @@ where
         errors: AtomicU64::new(0),
     });
     let sampler = tracker.start_sampler();
-    let cpu0 = procs::snapshot(&rig.procs(), tick);
+    let cpu0 = procs::snapshot(&rig.procs());
     let out = driver(phase.clone()).await;
     let (drain_secs, drained) = tracker.wait_drained(opts.drain_timeout).await;
-    let cpu = procs::used(&cpu0, &procs::snapshot(&rig.procs(), tick));
+    let cpu = procs::used(&cpu0, &procs::snapshot(&rig.procs()));
     tracker.sample();
     sampler.abort();
     let watch_errors = phase.watch.errors.load(Ordering::Relaxed);
@@ -149,7 +153,7 @@ where
     if !drained {
         let c = tracker.counts();
         eprintln!(
-            "herald bench: {run}: not drained after {:.0} s ({} acked, {} markers)",
+            "herald-bench: {run}: not drained after {:.0} s ({} acked, {} markers)",
             drain_secs, c.acked, c.done
         );
     }
@@ -173,11 +177,10 @@ pub async fn run_open_loop(
     run: &str,
     opts: &FanoutOptions,
     graph: &Graph,
-    tick: f64,
     steps: &[load::Step],
 ) -> Result<(Ran, u64), String> {
     let steps = steps.to_vec();
-    let (ran, start_us) = run_phase(rig, run, opts, graph, tick, |p| async move {
+    let (ran, start_us) = run_phase(rig, run, opts, graph, |p| async move {
         load::open_loop(&p, &steps).await
     })
     .await?;

@@ -5,10 +5,10 @@
 //! that waits for a free request slot or a late pacer is charged the wait (no coordinated
 //! omission). Requests in flight are bounded by a semaphore of [`INFLIGHT_MAX`] permits.
 
-use crate::bench_fanout::fanout::{fan_out, insert_tweet, push_job};
-use crate::bench_fanout::markers::MarkerWatch;
-use crate::bench_fanout::tracker::Tracker;
-use crate::bench_fanout::workload::Tweet;
+use crate::fanout::fanout::{fan_out, insert_tweet, push_job};
+use crate::fanout::markers::MarkerWatch;
+use crate::fanout::tracker::Tracker;
+use crate::fanout::workload::Tweet;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -85,7 +85,7 @@ pub struct Phase {
 impl Phase {
     fn error(&self, e: &str) {
         if self.errors.fetch_add(1, Ordering::Relaxed) < ERRORS_PRINTED_MAX {
-            eprintln!("herald bench: {e}");
+            eprintln!("herald-bench: {e}");
         }
     }
 

@@ -1,12 +1,12 @@
 //! The application-side fan-out over Herald's HTTP API, shared by the synchronous client and
-//! the external-queue worker, and the worker process itself (`herald bench fanout-worker`):
+//! the external-queue worker, and the worker process itself (`herald-bench fanout-worker`):
 //! K tasks, each with its own Redis connection, BRPOP a job and fan it out.
 //!
 //! A fan-out queries the author's followers, then writes one timeline entry per follower with
 //! `/v1/commit` in chunks of at most [`COMMIT_WRITES_MAX`] writes, in order, the marker being
 //! the last write of the last chunk: once the marker exists, every entry does.
 
-use crate::bench_fanout::workload::{timeline, Tweet, FOLLOWS, MARKERS, TWEETS};
+use crate::fanout::workload::{timeline, Tweet, FOLLOWS, MARKERS, TWEETS};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -91,7 +91,7 @@ pub async fn fan_out(http: &reqwest::Client, base: &str, t: &Tweet) -> Result<us
 
 /// A client of Herald's HTTP API with enough idle connections for `concurrency` callers.
 pub fn http_client(concurrency: usize) -> Result<reqwest::Client, String> {
-    crate::http_client_builder()
+    crate::harness::http_client_builder()
         .pool_max_idle_per_host(concurrency.max(1) * 2)
         .tcp_nodelay(true)
         .build()

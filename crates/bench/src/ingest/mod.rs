@@ -1,20 +1,17 @@
-//! The ingestion benchmarks: `herald bench rockbench` (RockBench's data latency: how soon
-//! fresh events are visible while they pour in; `rockbench`) and `herald bench stream` (the
-//! access patterns of a stream processor's sink and sources; `stream`). Both start a fresh
-//! `herald serve` child per run (bench_live's `ServerProc`), write through `/v1/bulk` or
-//! WebSocket write requests (`client`), record latency per interval (`record`), print a
-//! progress line per interval and a table, and write JSON and SVG charts to
-//! `target/bench-results/`. This file holds what both share: the rate schedule, the server's
-//! peak RSS, the progress ticker and the output files.
+//! What the ingestion workloads share: `rockbench` (RockBench's data latency: how soon fresh
+//! events are visible while they pour in) and `stream` (the access patterns of a stream
+//! processor's sink and sources). Both start a fresh `herald serve` child per run
+//! ([`with_server`]), write through `/v1/bulk` or WebSocket write requests ([`client`]), record
+//! latency per interval (`harness::record`), print a progress line per interval and a table,
+//! and write JSON and SVG charts to `target/bench-results/`. This module holds the rate
+//! schedule, the server's peak RSS and CPU, and the output files.
 
 pub mod client;
-pub mod record;
-pub mod rockbench;
-pub mod stream;
 
-use crate::bench_live::chart::Chart;
-use crate::bench_live::server::{cpu_between, sample, CpuUse, ServerProc};
-use crate::bench_live::Durability;
+use crate::harness::chart::Chart;
+use crate::harness::cpu::{cpu_between, sample, CpuUse};
+use crate::harness::server::{Server, ServerOptions};
+use crate::harness::Durability;
 use serde_json::Value;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -91,12 +88,16 @@ where
     F: FnOnce(SocketAddr) -> Fut,
     Fut: Future<Output = Result<T, String>>,
 {
-    let server = ServerProc::start_with(durability, cache_mib).await?;
-    let before = sample(Some(server.pid));
+    let server = Server::start(ServerOptions {
+        cache_mib,
+        ..ServerOptions::new(durability)
+    })
+    .await?;
+    let before = sample(Some(server.pid()));
     let r = measure(server.addr).await;
-    let after = sample(Some(server.pid));
+    let after = sample(Some(server.pid()));
     let usage = ServerUsage {
-        peak_rss_kib: peak_rss_kib(server.pid),
+        peak_rss_kib: peak_rss_kib(server.pid()),
         cpu: cpu_between(&before, &after),
         secs: after.at.duration_since(before.at).as_secs_f64(),
     };

@@ -62,7 +62,6 @@ pub async fn search(
     mode: load::Mode,
     opts: &FanoutOptions,
     graph: &Graph,
-    tick: f64,
 ) -> Result<SatResult, String> {
     let o = opts.search;
     let mut probes: Vec<Probe> = Vec::new();
@@ -70,7 +69,7 @@ pub async fn search(
     let mut failed: Option<f64> = None;
     let mut rate = o.start;
     while rate <= o.max {
-        let p = probe(rig, mode, opts, graph, tick, rate, probes.len()).await?;
+        let p = probe(rig, mode, opts, graph, rate, probes.len()).await?;
         let pass = p.pass;
         probes.push(p);
         if !pass {
@@ -87,7 +86,7 @@ pub async fn search(
             if mid < 1.0 {
                 break;
             }
-            let p = probe(rig, mode, opts, graph, tick, mid, probes.len()).await?;
+            let p = probe(rig, mode, opts, graph, mid, probes.len()).await?;
             if p.pass {
                 lo = mid;
                 best = Some(mid);
@@ -122,16 +121,15 @@ async fn probe(
     mode: load::Mode,
     opts: &FanoutOptions,
     graph: &Graph,
-    tick: f64,
     rate: f64,
     n: usize,
 ) -> Result<Probe, String> {
     let m = mode.name();
     let secs = opts.search.secs;
-    eprintln!("herald bench fanout: {m}: saturation probe {n}: {rate:.1} tweets/s for {secs} s");
+    eprintln!("herald-bench fanout: {m}: saturation probe {n}: {rate:.1} tweets/s for {secs} s");
     let steps = [load::Step { rate, secs }];
     let (ran, start_us) =
-        run_open_loop(rig, &format!("{m}-sat{n}"), opts, graph, tick, &steps).await?;
+        run_open_loop(rig, &format!("{m}-sat{n}"), opts, graph, &steps).await?;
     let slots = ran.tracker.slots();
     let end_us = start_us + (secs * 1e6) as u64;
     let completed = slots
@@ -158,7 +156,7 @@ async fn probe(
         pass,
     };
     eprintln!(
-        "herald bench fanout: {m}: probe {n}: {} (last fan-out {:.2} s after the schedule's end, allowed {:.2}; ack p50 {:.2} ms)",
+        "herald-bench fanout: {m}: probe {n}: {} (last fan-out {:.2} s after the schedule's end, allowed {:.2}; ack p50 {:.2} ms)",
         if pass { "kept up" } else { "fell behind" },
         p.lag_secs,
         lag_allowed(secs),

@@ -1,10 +1,10 @@
-//! The results of `herald bench fanout`: one struct per phase, the tables printed after each
+//! The results of `herald-bench fanout`: one struct per phase, the tables printed after each
 //! mode and at the end (saturation, 80% load, CPU per 1,000 tweets, burst), the issue's
 //! targets, and the JSON written to `--out`.
 
 use super::search::{lag_allowed, Probe};
-use crate::bench_fanout::load::Mode;
-use crate::bench_fanout::stats::{Dist, Interval};
+use crate::fanout::load::Mode;
+use crate::fanout::stats::{Dist, Interval};
 use serde_json::{json, Value};
 
 pub struct SatResult {

@@ -2,7 +2,7 @@
 //! distributions (hdrhistogram), the burst's per-interval rows, the time the backlog took to
 //! drain, and CPU seconds per 1,000 tweets.
 
-use crate::bench_fanout::tracker::{Sample, Slot};
+use crate::fanout::tracker::{Sample, Slot};
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 

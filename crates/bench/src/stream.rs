@@ -1,4 +1,4 @@
-//! `herald bench stream`: Herald as the database behind a stream processor, in the four access
+//! `herald-bench stream`: Herald as the database behind a stream processor, in the four access
 //! patterns of the study of databases in stream processing (heatmap workloads):
 //!
 //! 1. `upserts`: a windowed keyed sink. Every window (1 s) closes with one burst: one `$inc`
@@ -22,11 +22,11 @@
 //! the cells' counters add up to the increments sent, the copy holds every source document,
 //! every read finds its document.
 
-use super::client::{self, Acks, Via, Writer, BATCH_WRITES_MAX};
-use super::record::{Recorder, Summary};
-use super::{with_server, Output, ServerUsage};
-use crate::bench_live::report::thousands;
-use crate::bench_live::{durability_name, Durability};
+use crate::ingest::client::{self, Acks, Via, Writer, BATCH_WRITES_MAX};
+use crate::harness::record::{Recorder, Summary};
+use crate::ingest::{with_server, Output, ServerUsage};
+use crate::harness::thousands;
+use crate::harness::{durability_name, Durability};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -402,7 +402,7 @@ async fn measure(
     let ctx = Ctx {
         opts,
         addr,
-        http: crate::http_client(),
+        http: crate::harness::http_client(),
         recorder: Recorder::new(&names, Instant::now(), INTERVAL),
     };
     let needs_source = opts.patterns.iter().any(|p| *p != Pattern::Upserts);
@@ -534,7 +534,7 @@ pub async fn run(opts: StreamOptions) -> Result<(), String> {
             println!("{}", u.text(0));
         }
         let sub = format!(
-            "herald bench stream, {} live subscribers, via {}, durability {}",
+            "herald-bench stream, {} live subscribers, via {}, durability {}",
             r.subscribers,
             opts.via.name(),
             durability_name(opts.durability)

@@ -1,4 +1,4 @@
-//! `herald bench rockbench`: RockBench's data generator and data-latency evaluators.
+//! `herald-bench rockbench`: RockBench's data generator and data-latency evaluators.
 //!
 //! Generators (`--generators`, each with its own connection and an equal share of the rate)
 //! write events of about 1 KB (nested objects and arrays, a generator id, a microsecond event
@@ -14,12 +14,12 @@
 //!
 //! `--search` finds the highest rate whose pull p95 stays within 100 ms, then within 1 s.
 
-use super::client::{self, Acks, Via, Writer, BATCH_WRITES_MAX};
-use super::record::{Recorder, Summary};
-use super::{with_server, Output, Schedule, ServerUsage};
-use crate::bench_live::report::thousands;
-use crate::bench_live::search::CapacitySearch;
-use crate::bench_live::{durability_name, Durability};
+use crate::ingest::client::{self, Acks, Via, Writer, BATCH_WRITES_MAX};
+use crate::harness::record::{Recorder, Summary};
+use crate::ingest::{with_server, Output, Schedule, ServerUsage};
+use crate::harness::thousands;
+use crate::harness::search::CapacitySearch;
+use crate::harness::{durability_name, Durability};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -390,7 +390,7 @@ async fn measure(
     addr: SocketAddr,
     progress: bool,
 ) -> Result<RunResult, String> {
-    let http = crate::http_client();
+    let http = crate::harness::http_client();
     if !opts.exempt.is_empty() {
         let body = json!({"collection": COLLECTION, "exemptions": opts.exempt});
         let r = http
@@ -703,7 +703,7 @@ async fn search(opts: &RockOptions, out: &Output) -> Result<(), String> {
                 Some(p) => p.failure(bound).is_none(),
                 None => {
                     // `HERALD_BENCH_QUIET_WAIT_SECS=0` skips the wait on a busy machine.
-                    crate::bench_live::server::wait_for_quiet().await;
+                    crate::harness::quiet::wait_for_quiet().await;
                     let r = run_once(opts, rate, false).await?;
                     let (p, l) = (r.pull(), r.live());
                     println!(
@@ -903,7 +903,7 @@ mod tests {
             .collect();
         db.commit(writes).unwrap();
         let q = newest_query();
-        let query = crate::api::query::query_of(q.as_object().unwrap()).unwrap();
+        let query = herald::api::query::query_of(q.as_object().unwrap()).unwrap();
         let out = db.query(COLLECTION, &query).unwrap();
         assert_eq!(out.docs[0]["ts"], 1049);
         assert_eq!(

@@ -1,9 +1,9 @@
-//! Latency recording for the ingest benchmarks: named series of samples, each kept as one
+//! Latency recording for the ingest benchmarks (rockbench, stream): named series of samples, each kept as one
 //! histogram over the whole run and one per interval (by the time a sample was taken), a
 //! progress line per interval, percentile summaries, JSON, and the two charts (latency over
 //! time; latency distribution).
 
-use crate::bench_live::chart::{Chart, Line, Point};
+use super::chart::{Chart, Line, Point};
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};

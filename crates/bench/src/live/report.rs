@@ -3,10 +3,12 @@
 //! 80% of capacity in the InvaliDB paper's table 3 format: avg, std. dev., p50, p99, max), JSON,
 //! and the series' chart.
 
-use super::chart::{Chart, Line, Point};
+use crate::harness::chart::{Chart, Line, Point};
+use crate::harness::thousands;
 use super::probe::{Probe, P99_MAX_MS};
 use super::search::{Series, FIXED_QUERIES, FIXED_RATE};
-use super::{durability_name, Durability, Workload};
+use super::Workload;
+use crate::harness::{durability_name, Durability};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -22,19 +24,6 @@ pub struct Outcome {
     pub at_least: bool,
     /// The run at 80% of the capacity.
     pub at80: Option<Probe>,
-}
-
-/// `1234567` -> `1,234,567`.
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// The target for a series, if it has one.
@@ -133,7 +122,7 @@ impl Outcome {
                 describe(self.series)
             ),
             subtitle: format!(
-                "herald bench live --search; server durability {}; writes: {}; one fresh server per run; 2 cores",
+                "herald-bench live --search; server durability {}; writes: {}; one fresh server per run; 2 cores",
                 durability_name(self.durability),
                 self.probes.first().map_or("put", |p| p.config.writer.name())
             ),
@@ -226,18 +215,4 @@ pub fn print_summary(outcomes: &[Outcome]) {
         );
     }
     println!();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::thousands;
-
-    #[test]
-    fn thousands_separators() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1_000), "1,000");
-        assert_eq!(thousands(400_000), "400,000");
-        assert_eq!(thousands(1_234_567), "1,234,567");
-    }
 }

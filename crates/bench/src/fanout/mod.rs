@@ -1,4 +1,4 @@
-//! `herald bench fanout`: Twitter's fan-out done three ways (synchronously by the client,
+//! `herald-bench fanout`: Twitter's fan-out done three ways (synchronously by the client,
 //! through an external queue (Redis + a worker process), and by a trigger on Herald's durable
 //! queues), as in the evaluation of "integrated queues for asynchronous triggers", on one
 //! machine.
@@ -36,6 +36,7 @@ use search::SearchOptions;
 use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use crate::harness::{durability_name, Durability};
 use workload::Graph;
 
 #[derive(Debug, Clone)]
@@ -61,7 +62,7 @@ pub struct FanoutOptions {
     /// Herald's durability: `fsync` (acknowledged = fsynced) or `nosync` (acknowledged once in
     /// the log file, synced within a second: what Redis's `appendfsync everysec` and
     /// Cassandra's periodic commit-log sync promise).
-    pub durability: &'static str,
+    pub durability: Durability,
     pub out: std::path::PathBuf,
 }
 
@@ -96,12 +97,11 @@ async fn run_mode(
     mode: Mode,
     opts: &FanoutOptions,
     graph: &Graph,
-    tick: f64,
 ) -> Result<ModeResult, String> {
     let m = mode.name();
     eprintln!(
-        "herald bench fanout: {m}: starting (load graph, processes; herald durability {})",
-        opts.durability
+        "herald-bench fanout: {m}: starting (load graph, processes; herald durability {})",
+        durability_name(opts.durability)
     );
     let mut rig = Rig::start(mode, opts, graph).await?;
 
@@ -111,7 +111,7 @@ async fn run_mode(
             searched: false,
             probes: Vec::new(),
         },
-        None => search::search(&mut rig, mode, opts, graph, tick).await?,
+        None => search::search(&mut rig, mode, opts, graph).await?,
     };
     let rate = sat.rate;
     if rate < 1.0 {
@@ -122,7 +122,7 @@ async fn run_mode(
 
     let load_rate = 0.8 * rate;
     eprintln!(
-        "herald bench fanout: {m}: 80% load, {load_rate:.0} tweets/s, {} s",
+        "herald-bench fanout: {m}: 80% load, {load_rate:.0} tweets/s, {} s",
         opts.secs
     );
     let steps = [Step {
@@ -130,12 +130,12 @@ async fn run_mode(
         secs: opts.secs,
     }];
     let (ran, start_us) =
-        run_open_loop(&mut rig, &format!("{m}-load"), opts, graph, tick, &steps).await?;
+        run_open_loop(&mut rig, &format!("{m}-load"), opts, graph, &steps).await?;
     let load = LoadResult::from_run(&ran, load_rate, opts.secs, start_us);
 
     let [a, b, c] = opts.burst_secs;
     eprintln!(
-        "herald bench fanout: {m}: burst {:.0}/s for {a} s, {:.0}/s for {b} s, {:.0}/s for {c} s",
+        "herald-bench fanout: {m}: burst {:.0}/s for {a} s, {:.0}/s for {b} s, {:.0}/s for {c} s",
         0.5 * rate,
         2.0 * rate,
         0.5 * rate
@@ -155,7 +155,7 @@ async fn run_mode(
         },
     ];
     let (ran, start_us) =
-        run_open_loop(&mut rig, &format!("{m}-burst"), opts, graph, tick, &steps).await?;
+        run_open_loop(&mut rig, &format!("{m}-burst"), opts, graph, &steps).await?;
     let burst = BurstResult::from_run(&ran, rate, opts.burst_secs, opts.interval_secs, start_us);
     drop(rig);
     Ok(ModeResult {
@@ -225,20 +225,19 @@ impl BurstResult {
 }
 
 /// Runs the benchmark. SIGINT or SIGTERM stops it and still kills the child processes (the
-/// run's future is dropped, and with it every [`procs::Proc`]).
+/// run's future is dropped, and with it every [`Proc`](crate::harness::server::Proc)).
 pub async fn run(opts: FanoutOptions) -> Result<(), String> {
     tokio::select! {
         r = run_all(opts) => r,
-        _ = crate::shutdown_signal() => Err("interrupted; child processes stopped".into()),
+        _ = herald::shutdown_signal() => Err("interrupted; child processes stopped".into()),
     }
 }
 
 async fn run_all(opts: FanoutOptions) -> Result<(), String> {
     opts.check()?;
-    let tick = procs::clock_ticks();
     let graph = Graph::generate(opts.users, opts.followers_max, opts.seed);
     eprintln!(
-        "herald bench fanout: {} posters, {} accounts, {} follow edges, mean fan-out {:.1}",
+        "herald-bench fanout: {} posters, {} accounts, {} follow edges, mean fan-out {:.1}",
         graph.users,
         graph.accounts,
         graph.edges(),
@@ -246,7 +245,7 @@ async fn run_all(opts: FanoutOptions) -> Result<(), String> {
     );
     let mut results = Vec::new();
     for &mode in &opts.modes {
-        let r = run_mode(mode, &opts, &graph, tick).await?;
+        let r = run_mode(mode, &opts, &graph).await?;
         report::print_mode(&r);
         results.push(r);
     }
@@ -256,7 +255,7 @@ async fn run_all(opts: FanoutOptions) -> Result<(), String> {
         "options": {"modes": opts.modes.iter().map(|m| m.name()).collect::<Vec<_>>(), "users": opts.users,
                     "followersMax": opts.followers_max, "secs": opts.secs,
                     "search": {"start": opts.search.start, "max": opts.search.max, "secs": opts.search.secs, "bisectSteps": opts.search.bisect_steps},
-                    "burstSecs": opts.burst_secs, "workers": opts.workers, "rate": opts.rate, "seed": opts.seed, "durability": opts.durability,
+                    "burstSecs": opts.burst_secs, "workers": opts.workers, "rate": opts.rate, "seed": opts.seed, "durability": durability_name(opts.durability),
                     "preloadTweets": opts.preload_tweets},
         "graph": {"posters": graph.users, "accounts": graph.accounts, "edges": graph.edges(), "meanFanout": graph.mean_fanout()},
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),

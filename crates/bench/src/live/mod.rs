@@ -1,4 +1,4 @@
-//! `herald bench live`: the options, the workload and the two modes' top level. Notification
+//! `herald-bench live`: the options, the workload and the two modes' top level. Notification
 //! latency of live queries under the InvaliDB workload (paper section 6.1): documents have five
 //! 10-character strings and five integers, one of them `random`, uniform over
 //! `[0, queries * WIDTH)`; range query `i` is `{"random": {"$gte": i * WIDTH, "$lt": (i + 1) *
@@ -11,22 +11,20 @@
 //!   writes/s and the most writes/s sustainable with 1,000 queries (p99 <= 30 ms, rate held,
 //!   nothing lost), then a run at 80% of each capacity; one SVG chart per series.
 //!
-//! Every run starts a fresh `herald serve` process (`server`), subscribes and writes over real
-//! WebSocket and HTTP connections (`probe`). `search` finds capacities, `report` prints and
-//! charts them (`chart`: the SVG writer).
+//! Every run starts a fresh `herald serve` process (`harness::server`), subscribes and writes
+//! over real WebSocket and HTTP connections (`probe`). `search` finds capacities, `report`
+//! prints and charts them.
 //! Results (with latency histograms) go to JSON; charts next to it.
 
-pub(crate) mod chart;
 mod probe;
 pub(crate) mod report;
 pub(crate) mod search;
-pub(crate) mod server;
 
 use rand::Rng;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
-pub use herald_db::Durability;
+pub use crate::harness::{durability_name, Durability};
 pub use probe::{Probe, ProbeConfig};
 pub use search::{SearchOptions, Series};
 
@@ -100,13 +98,6 @@ impl WritePath {
     }
 }
 
-pub fn durability_name(d: Durability) -> &'static str {
-    match d {
-        Durability::Fsync => "fsync",
-        Durability::NoSync => "nosync",
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct LiveBenchOptions {
     pub workloads: Vec<Workload>,
@@ -161,7 +152,7 @@ async fn explicit(opts: &LiveBenchOptions) -> Result<Value, String> {
     for &workload in &opts.workloads {
         for &queries in &opts.queries {
             for &rate in &opts.rates {
-                server::wait_for_quiet().await;
+                crate::harness::quiet::wait_for_quiet().await;
                 let p = probe::run(ProbeConfig {
                     workload,
                     queries,

@@ -5,9 +5,10 @@
 //! 30 ms, the achieved write rate is within 5% of the target and every write was acknowledged
 //! and notified.
 
-use super::server::{self, CpuUse, ServerProc};
+use crate::harness::cpu::{self, CpuUse};
+use crate::harness::server::{Server, ServerOptions};
 use super::{document, durability_name, Durability, Workload, WritePath};
-use crate::bench_ingest::client::BulkStream;
+use crate::ingest::client::BulkStream;
 use futures_util::{SinkExt, StreamExt};
 use hdrhistogram::Histogram;
 use rand::SeedableRng;
@@ -271,7 +272,7 @@ async fn write(
     if cfg.writer == WritePath::Stream {
         return write_stream(cfg, addr, sent_at).await;
     }
-    let client = crate::http_client_builder()
+    let client = crate::harness::http_client_builder()
         .pool_max_idle_per_host(IN_FLIGHT_MAX)
         .build()
         .map_err(|e| e.to_string())?;
@@ -333,7 +334,7 @@ async fn write_stream(
     addr: std::net::SocketAddr,
     sent_at: &SentAt,
 ) -> Result<(u64, u64, f64), String> {
-    let stream = BulkStream::open(&crate::http_client(), addr);
+    let stream = BulkStream::open(&crate::harness::http_client(), addr);
     let total = cfg.rate * cfg.secs;
     let start = Instant::now();
     let mut k = 0u64;
@@ -364,17 +365,17 @@ async fn write_stream(
 }
 
 pub async fn run(cfg: ProbeConfig) -> Result<Probe, String> {
-    let server = ServerProc::start(cfg.durability).await?;
+    let server = Server::start(ServerOptions::new(cfg.durability)).await?;
     eprintln!(
         "[{} queries, {} writes/s: herald serve pid {}]",
-        cfg.queries, cfg.rate, server.pid
+        cfg.queries, cfg.rate, server.pid()
     );
     let result = measure(&cfg, &server).await;
     server.kill();
     result
 }
 
-async fn measure(cfg: &ProbeConfig, server: &ServerProc) -> Result<Probe, String> {
+async fn measure(cfg: &ProbeConfig, server: &Server) -> Result<Probe, String> {
     let sent_at: SentAt = Arc::new(Mutex::new(HashMap::new()));
     let hist = Arc::new(Mutex::new(
         Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("histogram"),
@@ -384,9 +385,9 @@ async fn measure(cfg: &ProbeConfig, server: &ServerProc) -> Result<Probe, String
     let readers = subscribe(cfg, server.addr, &sent_at, &hist, &delivered).await?;
     let subscribe_secs = t.elapsed().as_secs_f64();
 
-    let before = server::sample(Some(server.pid));
+    let before = cpu::sample(Some(server.pid()));
     let written = write(cfg, server.addr, &sent_at).await;
-    let after = server::sample(Some(server.pid));
+    let after = cpu::sample(Some(server.pid()));
     let (acked, write_errors, write_secs) = written?;
     // Let the last notifications arrive.
     let deadline = Instant::now() + DRAIN_MAX;
@@ -405,6 +406,6 @@ async fn measure(cfg: &ProbeConfig, server: &ServerProc) -> Result<Probe, String
         delivered: delivered.load(Ordering::Relaxed),
         subscribe_secs,
         hist,
-        cpu: server::cpu_between(&before, &after),
+        cpu: cpu::cpu_between(&before, &after),
     })
 }

@@ -1,69 +1,83 @@
-//! Measures durable insert throughput of the database layer alone (no HTTP): `threads` writers
-//! commit ~1 KB documents for a few seconds. `cargo run --release -p herald-db --example insert_load`.
-//! Environment: `NOSYNC`, `EXEMPT_TEXT`, `EXEMPT_ALL`, `CHECKPOINT_MS`, `CHECKPOINT_MIB` and `DURABLE_MS`
-//! (the storage's checkpoint triggers), `LOG_RETENTION` (commit-log records kept), `RANDOM` (random field values, the shape `herald bench http`
-//! writes, instead of mostly constant ones) and `SECS` (default 5). Besides the rate it prints the
-//! process's CPU time per insert, which other work on the machine disturbs far less than the rate,
-//! the storage's counters, and the CPU time of the checkpointer and writer threads.
+//! `herald-bench insert-load`: durable insert throughput of the database layer alone (no HTTP,
+//! no server process): `threads` writers commit ~1 KB documents for a few seconds, in this
+//! process. Besides the rate it prints the process's CPU time per insert, which other work on
+//! the machine disturbs far less than the rate, the storage's counters, and the CPU time of the
+//! checkpointer and writer threads.
+//!
+//! Each option falls back to the environment variable the former `insert_load` example read
+//! (`SECS`, `NOSYNC`, `EXEMPT_TEXT`, `EXEMPT_ALL`, `CHECKPOINT_MS`, `CHECKPOINT_MIB`,
+//! `DURABLE_MS`, `LOG_RETENTION`, `RANDOM`), so both spellings of a run give the same result.
 
+use crate::harness::cpu::{cpu_secs, self_cpu_secs};
 use herald_db::{Db, DbOptions, Write};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[derive(Debug, Clone, Default)]
+pub struct InsertLoadOptions {
+    /// Writer threads.
+    pub threads: usize,
+    /// Seconds of writing.
+    pub secs: u64,
+    /// Acknowledge before fsync.
+    pub nosync: bool,
+    /// Exempt the `text` field from automatic indexing.
+    pub exempt_text: bool,
+    /// Exempt every field from automatic indexing.
+    pub exempt_all: bool,
+    /// The storage's checkpoint triggers; `None`: the defaults.
+    pub checkpoint_ms: Option<u64>,
+    pub checkpoint_mib: Option<usize>,
+    pub durable_ms: Option<u64>,
+    /// Commit-log records kept; `None`: the default.
+    pub log_retention: Option<u64>,
+    /// Random field values (the shape `herald-bench http` writes) instead of mostly constant ones.
+    pub random: bool,
+}
 
-fn main() {
-    let threads: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(64);
-    let dir = tempfile::tempdir().unwrap();
+/// `name`'s value from the environment, parsed.
+pub fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// Whether environment variable `name` is set (to anything).
+pub fn env_flag(name: &str) -> bool {
+    std::env::var_os(name).is_some()
+}
+
+pub fn run(o: InsertLoadOptions) -> Result<(), String> {
+    let threads = o.threads.max(1);
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut opts = DbOptions::default();
-    if let Some(ms) = std::env::var("CHECKPOINT_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
+    if let Some(ms) = o.checkpoint_ms {
         opts.store.checkpoint_interval_ms = ms;
     }
-    if let Some(mib) = std::env::var("CHECKPOINT_MIB")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
+    if let Some(mib) = o.checkpoint_mib {
         opts.store.checkpoint_bytes = mib << 20;
     }
-    if let Some(ms) = std::env::var("DURABLE_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
+    if let Some(ms) = o.durable_ms {
         opts.store.durable_checkpoint_interval_ms = ms;
     }
-    if std::env::var("NOSYNC").is_ok() {
+    if o.nosync {
         opts.durability = herald_db::Durability::NoSync;
     }
-    if let Some(n) = std::env::var("LOG_RETENTION")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
+    if let Some(n) = o.log_retention {
         opts.log_retention_count = n;
     }
-    let db = Db::open(dir.path(), opts).unwrap();
-    if std::env::var("EXEMPT_TEXT").is_ok() {
-        db.set_exemptions("bench", vec!["text".into()]).unwrap();
+    let db = Db::open(dir.path(), opts).map_err(|e| e.to_string())?;
+    if o.exempt_text {
+        db.set_exemptions("bench", vec!["text".into()])
+            .map_err(|e| e.to_string())?;
     }
-    if std::env::var("EXEMPT_ALL").is_ok() {
+    if o.exempt_all {
         let all = ["n", "name", "address", "tags", "score", "text"];
         db.set_exemptions("bench", all.iter().map(|s| s.to_string()).collect())
-            .unwrap();
+            .map_err(|e| e.to_string())?;
     }
     let text = "x".repeat(700);
-    let random = std::env::var("RANDOM").is_ok();
-    let secs: u64 = std::env::var("SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
-    let cpu_start = cpu_seconds();
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let random = o.random;
+    let cpu_start = self_cpu_secs();
+    let deadline = Instant::now() + Duration::from_secs(o.secs);
     let start = Instant::now();
     let handles: Vec<_> = (0..threads)
         .map(|t| {
@@ -92,12 +106,13 @@ fn main() {
     for name in ["herald-checkpoi", "herald-storage-"] {
         println!("thread {name}: {:.3} s CPU", thread_cpu_seconds(name));
     }
-    let cpu = cpu_seconds() - cpu_start;
+    let cpu = self_cpu_secs() - cpu_start;
     println!(
         "{threads} threads: {total} commits in {secs:.1}s = {:.0}/s, {:.1} us CPU per insert",
         total as f64 / secs,
-        cpu * 1e6 / total as f64
+        cpu * 1e6 / total.max(1) as f64
     );
+    Ok(())
 }
 
 /// User plus system CPU time of this process's threads named `comm` (as `/proc` truncates it).
@@ -110,31 +125,10 @@ fn thread_cpu_seconds(comm: &str) -> f64 {
         let path = task.path();
         let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
         if name.trim_end() == comm {
-            total +=
-                stat_cpu_seconds(&std::fs::read_to_string(path.join("stat")).unwrap_or_default());
+            total += cpu_secs(&path.join("stat").to_string_lossy()).unwrap_or(0.0);
         }
     }
     total
-}
-
-/// User plus system CPU time of this process so far.
-fn cpu_seconds() -> f64 {
-    stat_cpu_seconds(&std::fs::read_to_string("/proc/self/stat").unwrap_or_default())
-}
-
-/// utime + stime of a `/proc/.../stat` line, in seconds.
-fn stat_cpu_seconds(stat: &str) -> f64 {
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn filler(rng: &mut impl rand::Rng, n: usize) -> String {
@@ -143,7 +137,7 @@ fn filler(rng: &mut impl rand::Rng, n: usize) -> String {
         .collect()
 }
 
-/// The document `herald bench http` inserts: about 1 KB, random values in every field.
+/// The document `herald-bench http` inserts: about 1 KB, random values in every field.
 fn random_doc(rng: &mut impl rand::Rng, i: u64) -> serde_json::Value {
     json!({
         "n": i,

@@ -3,8 +3,8 @@
 //! so a slow server slows the generator instead of growing its memory), live subscriptions
 //! that hand every change to a callback, and pull queries.
 
-use super::record::Recorder;
-use crate::api::live::WS_MESSAGE_BYTES_MAX;
+use crate::harness::record::Recorder;
+use herald::api::live::WS_MESSAGE_BYTES_MAX;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
@@ -144,7 +144,7 @@ impl Acks {
         self.failed.fetch_add(failed, Ordering::Relaxed);
         if let Some(e) = error {
             if self.errors_printed.fetch_add(1, Ordering::Relaxed) < ERRORS_PRINTED_MAX {
-                eprintln!("herald bench: write error: {e}");
+                eprintln!("herald-bench: write error: {e}");
             }
         }
     }
@@ -182,11 +182,11 @@ impl Writer {
         let slots = Arc::new(Semaphore::new(BATCHES_INFLIGHT_MAX));
         let transport = match via {
             Via::Bulk => Transport::Bulk {
-                http: crate::http_client(),
+                http: crate::harness::http_client(),
                 url: format!("http://{addr}/v1/bulk"),
             },
             Via::Stream => Transport::Stream(tokio::sync::Mutex::new(Some(BulkStream::open(
-                &crate::http_client(),
+                &crate::harness::http_client(),
                 addr,
             )))),
             Via::Ws => {
@@ -415,18 +415,18 @@ where
                             on_change(c, now);
                         }
                     }
-                    Some("reset") | Some("error") => eprintln!("herald bench: subscriber: {v}"),
+                    Some("reset") | Some("error") => eprintln!("herald-bench: subscriber: {v}"),
                     _ => {}
                 }
             };
             eprintln!(
-                "herald bench: subscriber: the server closed the connection ({closed}); resuming"
+                "herald-bench: subscriber: the server closed the connection ({closed}); resuming"
             );
             resumes.fetch_add(1, Ordering::Relaxed);
             match open_subscription(addr, &query, last_seq).await {
                 Ok(again) => ws = again,
                 Err(e) => {
-                    eprintln!("herald bench: subscriber: could not resume: {e}");
+                    eprintln!("herald-bench: subscriber: could not resume: {e}");
                     return;
                 }
             }

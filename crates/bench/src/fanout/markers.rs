@@ -10,7 +10,7 @@
 //! ahead of the posters, and a marker that is already in a subscription's initial result counts
 //! as arriving with that result. At most [`SUBS_PER_CONN`] subscriptions share a connection.
 
-use crate::bench_fanout::tracker::Tracker;
+use crate::fanout::tracker::Tracker;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,7 +99,7 @@ impl MarkerWatch {
                 conns.senders.push(tx);
                 conns.tasks.push(task);
             }
-            let msg = json!({"op": "subscribe", "sub": format!("b{b}"), "collection": crate::bench_fanout::workload::MARKERS,
+            let msg = json!({"op": "subscribe", "sub": format!("b{b}"), "collection": crate::fanout::workload::MARKERS,
                              "filter": {"run": format!("{}-b{b}", self.run)}});
             conns.senders[c]
                 .send(msg.to_string())
@@ -144,12 +144,12 @@ impl MarkerWatch {
                         }
                         Some(Ok(_)) => {}
                         Some(Err(e)) => {
-                            eprintln!("herald bench: marker connection: {e}");
+                            eprintln!("herald-bench: marker connection: {e}");
                             errors.fetch_add(1, Ordering::Relaxed);
                             break;
                         }
                         None => {
-                            eprintln!("herald bench: the server closed a marker connection");
+                            eprintln!("herald-bench: the server closed a marker connection");
                             errors.fetch_add(1, Ordering::Relaxed);
                             break;
                         }
@@ -208,7 +208,7 @@ fn handle(
             }
         }
         Some("error") | Some("reset") => {
-            eprintln!("herald bench: marker subscription: {v}");
+            eprintln!("herald-bench: marker subscription: {v}");
             errors.fetch_add(1, Ordering::Relaxed);
         }
         _ => {}
