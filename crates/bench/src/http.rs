@@ -178,10 +178,7 @@ async fn measured(
     phase: impl std::future::Future<Output = Phase>,
 ) -> Result<Phase, String> {
     let gone = || "herald serve exited during the benchmark".to_string();
-    let (s0, c0) = (
-        server.proc.cpu_secs().ok_or_else(gone)?,
-        self_cpu_secs(),
-    );
+    let (s0, c0) = (server.proc.cpu_secs().ok_or_else(gone)?, self_cpu_secs());
     let mut p = phase.await;
     p.server_cpu = server.proc.cpu_secs().ok_or_else(gone)? - s0;
     p.client_cpu = self_cpu_secs() - c0;

@@ -505,8 +505,8 @@ fn main() {
             redis,
             concurrency,
         } => {
-            run_bench(herald_bench::fanout::fanout::run_worker(
-                herald_bench::fanout::fanout::WorkerOptions {
+            run_bench(herald_bench::fanout::app::run_worker(
+                herald_bench::fanout::app::WorkerOptions {
                     herald,
                     redis,
                     concurrency,

@@ -14,12 +14,12 @@
 //!
 //! `--search` finds the highest rate whose pull p95 stays within 100 ms, then within 1 s.
 
-use crate::ingest::client::{self, Acks, Via, Writer, BATCH_WRITES_MAX};
 use crate::harness::record::{Recorder, Summary};
-use crate::ingest::{with_server, Output, Schedule, ServerUsage};
-use crate::harness::thousands;
 use crate::harness::search::CapacitySearch;
+use crate::harness::thousands;
 use crate::harness::{durability_name, Durability};
+use crate::ingest::client::{self, Acks, Via, Writer, BATCH_WRITES_MAX};
+use crate::ingest::{with_server, Output, Schedule, ServerUsage};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};

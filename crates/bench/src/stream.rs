@@ -22,11 +22,11 @@
 //! the cells' counters add up to the increments sent, the copy holds every source document,
 //! every read finds its document.
 
-use crate::ingest::client::{self, Acks, Via, Writer, BATCH_WRITES_MAX};
 use crate::harness::record::{Recorder, Summary};
-use crate::ingest::{with_server, Output, ServerUsage};
 use crate::harness::thousands;
 use crate::harness::{durability_name, Durability};
+use crate::ingest::client::{self, Acks, Via, Writer, BATCH_WRITES_MAX};
+use crate::ingest::{with_server, Output, ServerUsage};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

@@ -5,7 +5,7 @@
 //! that waits for a free request slot or a late pacer is charged the wait (no coordinated
 //! omission). Requests in flight are bounded by a semaphore of [`INFLIGHT_MAX`] permits.
 
-use crate::fanout::fanout::{fan_out, insert_tweet, push_job};
+use crate::fanout::app::{fan_out, insert_tweet, push_job};
 use crate::fanout::markers::MarkerWatch;
 use crate::fanout::tracker::Tracker;
 use crate::fanout::workload::Tweet;

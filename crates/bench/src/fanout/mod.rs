@@ -18,7 +18,7 @@
 //!
 //! Prints tables ([`report`]) and writes JSON.
 
-pub mod fanout;
+pub mod app;
 pub mod load;
 pub mod markers;
 pub mod procs;
@@ -29,6 +29,7 @@ pub mod stats;
 pub mod tracker;
 pub mod workload;
 
+use crate::harness::{durability_name, Durability};
 use load::{Mode, Step};
 use report::{BurstResult, LoadResult, ModeResult, SatResult};
 use rig::{run_open_loop, Ran, Rig};
@@ -36,7 +37,6 @@ use search::SearchOptions;
 use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use crate::harness::{durability_name, Durability};
 use workload::Graph;
 
 #[derive(Debug, Clone)]
@@ -93,11 +93,7 @@ impl FanoutOptions {
     }
 }
 
-async fn run_mode(
-    mode: Mode,
-    opts: &FanoutOptions,
-    graph: &Graph,
-) -> Result<ModeResult, String> {
+async fn run_mode(mode: Mode, opts: &FanoutOptions, graph: &Graph) -> Result<ModeResult, String> {
     let m = mode.name();
     eprintln!(
         "herald-bench fanout: {m}: starting (load graph, processes; herald durability {})",

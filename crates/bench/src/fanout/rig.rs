@@ -6,10 +6,10 @@
 use crate::fanout::load::{self, Mode, Phase, Target};
 use crate::fanout::markers::MarkerWatch;
 use crate::fanout::procs;
-use crate::harness::server::{Proc, Server, ServerOptions};
 use crate::fanout::tracker::Tracker;
 use crate::fanout::workload::{self, Graph};
-use crate::fanout::{fanout, FanoutOptions};
+use crate::fanout::{app, FanoutOptions};
+use crate::harness::server::{Proc, Server, ServerOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -36,7 +36,7 @@ impl Rig {
         })
         .await?;
         let base = server.base();
-        let http = fanout::http_client(load::INFLIGHT_MAX)?;
+        let http = app::http_client(load::INFLIGHT_MAX)?;
         graph.load(&http, &base).await?;
         if opts.preload_tweets > 0 {
             let entries = graph
@@ -54,7 +54,7 @@ impl Rig {
             std::fs::create_dir_all(&rdir).map_err(|e| e.to_string())?;
             let (p, url) = procs::spawn_redis(&rdir).await?;
             redis = Some(p);
-            conn = Some(fanout::redis_connection(&url).await?);
+            conn = Some(app::redis_connection(&url).await?);
             worker = Some(procs::spawn_worker(&base, &url, opts.workers)?);
         }
         if mode == Mode::Triggers {

@@ -128,8 +128,7 @@ async fn probe(
     let secs = opts.search.secs;
     eprintln!("herald-bench fanout: {m}: saturation probe {n}: {rate:.1} tweets/s for {secs} s");
     let steps = [load::Step { rate, secs }];
-    let (ran, start_us) =
-        run_open_loop(rig, &format!("{m}-sat{n}"), opts, graph, &steps).await?;
+    let (ran, start_us) = run_open_loop(rig, &format!("{m}-sat{n}"), opts, graph, &steps).await?;
     let slots = ran.tracker.slots();
     let end_us = start_us + (secs * 1e6) as u64;
     let completed = slots

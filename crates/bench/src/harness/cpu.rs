@@ -111,7 +111,10 @@ fn role(comm: &str) -> &'static str {
 pub fn sample(server_pid: Option<u32>) -> CpuSample {
     let mut server = HashMap::new();
     if let Some(pid) = server_pid {
-        server.insert("total", stat_ticks(&format!("/proc/{pid}/stat")).unwrap_or(0));
+        server.insert(
+            "total",
+            stat_ticks(&format!("/proc/{pid}/stat")).unwrap_or(0),
+        );
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
             .into_iter()
             .flatten();

@@ -80,7 +80,10 @@ mod tests {
     #[test]
     fn a_benchmark_is_herald_bench_with_a_workload() {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(is_benchmark(&args(&["target/release/herald-bench", "live"])));
+        assert!(is_benchmark(&args(&[
+            "target/release/herald-bench",
+            "live"
+        ])));
         assert!(!is_benchmark(&args(&["herald-bench", "fanout-worker"])));
         assert!(!is_benchmark(&args(&["target/release/herald", "serve"])));
         assert!(!is_benchmark(&args(&["herald-bench"])));

@@ -4,8 +4,8 @@
 //! that hand every change to a callback, and pull queries.
 
 use crate::harness::record::Recorder;
-use herald::api::live::WS_MESSAGE_BYTES_MAX;
 use futures_util::{SinkExt, StreamExt};
+use herald::api::live::WS_MESSAGE_BYTES_MAX;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -5,9 +5,9 @@
 //! 30 ms, the achieved write rate is within 5% of the target and every write was acknowledged
 //! and notified.
 
+use super::{document, durability_name, Durability, Workload, WritePath};
 use crate::harness::cpu::{self, CpuUse};
 use crate::harness::server::{Server, ServerOptions};
-use super::{document, durability_name, Durability, Workload, WritePath};
 use crate::ingest::client::BulkStream;
 use futures_util::{SinkExt, StreamExt};
 use hdrhistogram::Histogram;
@@ -368,7 +368,9 @@ pub async fn run(cfg: ProbeConfig) -> Result<Probe, String> {
     let server = Server::start(ServerOptions::new(cfg.durability)).await?;
     eprintln!(
         "[{} queries, {} writes/s: herald serve pid {}]",
-        cfg.queries, cfg.rate, server.pid()
+        cfg.queries,
+        cfg.rate,
+        server.pid()
     );
     let result = measure(&cfg, &server).await;
     server.kill();

@@ -3,11 +3,11 @@
 //! 80% of capacity in the InvaliDB paper's table 3 format: avg, std. dev., p50, p99, max), JSON,
 //! and the series' chart.
 
-use crate::harness::chart::{Chart, Line, Point};
-use crate::harness::thousands;
 use super::probe::{Probe, P99_MAX_MS};
 use super::search::{Series, FIXED_QUERIES, FIXED_RATE};
 use super::Workload;
+use crate::harness::chart::{Chart, Line, Point};
+use crate::harness::thousands;
 use crate::harness::{durability_name, Durability};
 use serde_json::{json, Value};
 use std::path::Path;
