@@ -212,7 +212,7 @@ enum Command {
     FanoutWorker {
         /// Herald's base URL (http://127.0.0.1:PORT).
         #[arg(long)]
-        herald: String,
+        url: String,
         /// Redis URL (redis://127.0.0.1:PORT/).
         #[arg(long)]
         redis: String,
@@ -501,13 +501,13 @@ fn main() {
             });
         }
         Command::FanoutWorker {
-            herald,
+            url,
             redis,
             concurrency,
         } => {
             run_bench(herald_bench::fanout::app::run_worker(
                 herald_bench::fanout::app::WorkerOptions {
-                    herald,
+                    herald: url,
                     redis,
                     concurrency,
                 },
@@ -644,5 +644,18 @@ fn main() {
                 std::process::exit(1);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// clap's own consistency checks (a subcommand's option clashing with a global one, ...),
+    /// which otherwise fail only when that subcommand runs.
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
     }
 }

@@ -64,7 +64,7 @@ pub async fn spawn_redis(dir: &Path) -> Result<(Proc, String), String> {
 /// is a pipe held by the returned handle, so the worker exits by itself if the bench dies.
 pub fn spawn_worker(herald: &str, redis: &str, concurrency: usize) -> Result<Proc, String> {
     let child = Command::new(current_exe()?)
-        .args(["fanout-worker", "--herald", herald, "--redis", redis])
+        .args(["fanout-worker", "--url", herald, "--redis", redis])
         .arg("--concurrency")
         .arg(concurrency.to_string())
         .stdin(Stdio::piped())
