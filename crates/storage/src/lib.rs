@@ -9,7 +9,7 @@
 //! index entries land on random leaves, so when every batch of ~64 documents was its own redb
 //! transaction, nearly every entry cost a whole 4 KiB page copy plus its write and checksum at
 //! commit. The writer thread was saturated (about 30% in B-tree inserts, 40% in commit) at
-//! ~4,400 durable inserts/s (`cargo run --release -p herald-db --example insert_load 64`).
+//! ~4,400 durable inserts/s (`cargo run --release -p herald-bench -- insert-load 64`).
 //! Now a batch is made durable by appending one record to a log and syncing it; redb receives
 //! the batches later, many at once, on another thread (a checkpoint), so a page touched by many
 //! batches is copied and written once per checkpoint instead of once per batch. The same load

@@ -1,4 +1,4 @@
-//! Experiment (not part of Herald): the CPU each ~1 KB document of `herald bench http` costs
+//! Experiment (not part of Herald): the CPU each ~1 KB document of `herald-bench http` costs
 //! when checkpointed into redb (copy-on-write B-tree, as Herald's checkpointer does) or into
 //! fjall (an LSM-tree), with the same entries: the document (1,000 bytes), its commit-log record
 //! (1,100 bytes, sequential key) and 11 index entries with random keys (10 of ~12 bytes, one of
