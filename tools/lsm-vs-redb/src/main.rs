@@ -8,7 +8,8 @@
 //! Usage: `cargo run --release -- <redb|fjall|none> <docs> <per_ckpt> <durable_every>`,
 //! e.g. `... fjall 2000000 2600 10` (2,600 documents = 200 ms of 13,000 inserts/s, durable
 //! every 2 s, as Herald's defaults). `none` only generates the entries (the baseline to
-//! subtract). Results: docs/benchmarks.md, "Would an LSM-tree help?".
+//! subtract). Results: crates/bench/results/history.md, "Where the CPU of a durable insert goes
+//! now, and three things tried (2026-11-24)".
 
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
