@@ -8,8 +8,8 @@
 //!    `/v1/bulk` first).
 //!
 //! Client and server share the machine's cores, as they would on one small host. The clients
-//! are [`crate::harness::loadgen`] keep-alive connections (one request at a time each, as `wrk` does),
-//! so the client's share of the CPU stays small; each phase reports the server's and the
+//! are [`crate::harness::loadgen`] keep-alive connections (one request at a time each, as `wrk`
+//! does), so the client's share of the CPU stays small; each phase reports the server's and the
 //! client's CPU per operation (`utime + stime` from /proc) next to throughput and latency.
 //! Prints a table and writes JSON (p50/p99/max latency, throughput, CPU) to `out`.
 

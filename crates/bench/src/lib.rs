@@ -21,3 +21,33 @@ pub mod insert_load;
 pub mod live;
 pub mod rockbench;
 pub mod stream;
+
+#[cfg(test)]
+mod tests {
+    /// The production binary stays free of the lab's clients: none of the crates only the
+    /// benchmarks use is a normal dependency of `herald` (crates/server).
+    #[test]
+    fn the_server_does_not_depend_on_benchmark_only_crates() {
+        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../server/Cargo.toml");
+        let text = std::fs::read_to_string(manifest).expect("crates/server/Cargo.toml");
+        let deps = text
+            .split("[dependencies]")
+            .nth(1)
+            .expect("a [dependencies] table")
+            .split("\n[")
+            .next()
+            .unwrap_or("");
+        for krate in [
+            "hdrhistogram",
+            "httparse",
+            "fastrand",
+            "tokio-tungstenite",
+            "redis",
+        ] {
+            assert!(
+                !deps.lines().any(|l| l.trim_start().starts_with(krate)),
+                "crates/server depends on the benchmark-only crate {krate}"
+            );
+        }
+    }
+}

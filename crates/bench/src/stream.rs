@@ -472,7 +472,7 @@ async fn print_progress(recorder: Recorder, subscribers: u32) {
 
 pub async fn run(opts: StreamOptions) -> Result<(), String> {
     if opts.via == Via::Stream {
-        return Err("bench stream needs an acknowledgement per batch: use --via ws or bulk".into());
+        return Err("stream needs an acknowledgement per batch: use --via ws or bulk".into());
     }
     if opts.patterns.is_empty() || opts.subscribers.is_empty() {
         return Err("--patterns and --subscribers need at least one value".into());

@@ -1,4 +1,4 @@
-//! The saturation phase of `bench fanout`: the highest rate a mode sustains, found with
+//! The saturation phase of `herald-bench fanout`: the highest rate a mode sustains, found with
 //! open-loop probes (doubling from a start rate, then bisecting), not with a closed loop.
 //!
 //! A closed loop measures the wrong thing once acknowledgements are cheaper than fan-outs: the

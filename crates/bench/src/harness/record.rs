@@ -1,7 +1,7 @@
-//! Latency recording for the ingest benchmarks (rockbench, stream): named series of samples, each kept as one
-//! histogram over the whole run and one per interval (by the time a sample was taken), a
-//! progress line per interval, percentile summaries, JSON, and the two charts (latency over
-//! time; latency distribution).
+//! Latency recording for the ingest workloads (rockbench, stream): named series of samples,
+//! each kept as one histogram over the whole run and one per interval (by the time a sample was
+//! taken), a progress line per interval, percentile summaries, JSON, and the two charts
+//! (latency over time; latency distribution).
 
 use super::chart::{Chart, Line, Point};
 use hdrhistogram::Histogram;

@@ -326,7 +326,7 @@ async fn write(
     ))
 }
 
-/// Like [`write`], over one streamed `POST /v1/bulk` (`bench_ingest`'s `BulkStream`): each
+/// Like [`write`], over one streamed `POST /v1/bulk` (`ingest::client::BulkStream`): each
 /// document is one NDJSON line, sent at its time (the latency clock starts as it is queued for
 /// the socket), each its own transaction on the server.
 async fn write_stream(
