@@ -7,11 +7,6 @@
 
 pub mod api;
 pub mod auth;
-pub mod bench;
-pub mod bench_fanout;
-pub mod bench_ingest;
-pub mod bench_live;
-pub mod loadgen;
 pub mod notify_latency;
 pub mod state;
 pub mod triggers;
@@ -21,6 +16,11 @@ use state::AppState;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+
+/// Bounds of `herald serve --cache-mib`: below 16 MiB redb would mostly read pages from the
+/// file; the upper bound only catches a unit mistake (1 TiB).
+pub const CACHE_MIB_MIN: u64 = 16;
+pub const CACHE_MIB_MAX: u64 = 1 << 20;
 
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -78,7 +78,7 @@ pub async fn serve(
 /// this long is closed too.
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// How long Herald's own HTTP clients (benchmarks, `herald keys`) keep an idle pooled
+/// How long Herald's own HTTP clients (`herald keys`, herald-bench) keep an idle pooled
 /// connection: well under [`HEADER_READ_TIMEOUT`], so a client never reuses a connection the
 /// server is closing at that moment (which fails the request).
 pub const CLIENT_POOL_IDLE: std::time::Duration = std::time::Duration::from_secs(5);

@@ -11,7 +11,8 @@
 //! time in B-tree inserts and commits. Now a batch is made durable by appending one record to a
 //! log and syncing it; redb receives the batches later, many at once, on another thread (a
 //! checkpoint), so a page touched by many batches is copied and written once per checkpoint
-//! instead of once per batch (`docs/storage.md` has the measurements).
+//! instead of once per batch (`herald-bench insert-load 64` measures it; `docs/storage.md`
+//! has the figures).
 //!
 //! # The files and the tables
 //!
