@@ -44,6 +44,7 @@ pub use names::{
     check_collection, check_segment, generate_id, split_document_path, COLLECTION_PATH_BYTES_MAX,
     SEGMENT_BYTES_MAX,
 };
+pub use planner::PlanDescription;
 pub use write::{
     Change, ChangeOp, CommitOutcome, Guard, Write, WriteEffect, WriteGuard, WriteResult,
     COMMIT_WRITES_MAX, LOG_PRUNE_PER_COMMIT_MAX, LOG_PRUNE_RESCAN_EVERY,

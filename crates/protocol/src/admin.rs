@@ -2,7 +2,7 @@
 //! Their meaning is checked by the database (`herald_db`); the types refuse wrong shapes and
 //! unknown members.
 
-use crate::decode::Decode;
+use crate::decode::{members, Decode};
 use crate::error::ErrorCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -30,7 +30,11 @@ impl Decode for IndexBody {
     const BAD: ErrorCode = ErrorCode::BadIndex;
 
     fn check(&self) -> Result<(), crate::ProtocolError> {
-        match self.fields.iter().find_map(|f| f.order.filter(|o| *o != 1 && *o != -1)) {
+        match self
+            .fields
+            .iter()
+            .find_map(|f| f.order.filter(|o| *o != 1 && *o != -1))
+        {
             Some(o) => Err(crate::ProtocolError::new(
                 ErrorCode::BadIndex,
                 format!("order must be 1 or -1, got {o}"),
@@ -82,6 +86,7 @@ pub struct Webhook {
 impl Decode for TriggerBody {
     const WHAT: &'static str = "a trigger definition";
     const BAD: ErrorCode = ErrorCode::BadTrigger;
+    const NOT_OBJECT: ErrorCode = ErrorCode::BadTrigger;
 }
 
 /// `POST /v1/triggers/{name}/dead/retry` and `.../purge`: `{"tasks":["seq.n",...]}` (or no
@@ -89,8 +94,21 @@ impl Decode for TriggerBody {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeadSelection {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Absent means all; `null` is refused (too easy to send by mistake for a purge).
+    #[serde(
+        default,
+        deserialize_with = "tasks_member",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tasks: Option<Vec<String>>,
+}
+
+fn tasks_member<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    tasks_list(d).map(Some)
+}
+
+members! {
+    tasks_list: "tasks" => Vec<String>;
 }
 
 impl Decode for DeadSelection {

@@ -20,9 +20,13 @@ use serde_json::Value;
 #[serde(tag = "op", rename_all = "camelCase", try_from = "RawClientMessage")]
 pub enum ClientMessage {
     /// Authenticates the connection, or renews its token.
-    Auth { token: String },
+    Auth {
+        token: String,
+    },
     Subscribe(Box<Subscribe>),
-    Unsubscribe { sub: String },
+    Unsubscribe {
+        sub: String,
+    },
     Write(WriteRequest),
 }
 
@@ -171,7 +175,9 @@ impl TryFrom<RawClientMessage> for ClientMessage {
         let needs = |m: &str| format!("{op} needs '{m}'");
         Ok(match op.as_str() {
             "auth" => ClientMessage::Auth {
-                token: r.token.ok_or_else(|| "an auth message needs 'token' (a string)".to_string())?,
+                token: r
+                    .token
+                    .ok_or_else(|| "an auth message needs 'token' (a string)".to_string())?,
             },
             "subscribe" => ClientMessage::Subscribe(Box::new(Subscribe {
                 sub: r.sub.ok_or_else(|| needs("sub"))?,
@@ -206,22 +212,24 @@ impl Decode for ClientMessage {
         let bad = |m: String| Err(ProtocolError::new(ErrorCode::BadRequest, m));
         let sub_ok = |s: &str| !s.is_empty() && s.len() <= SUB_ID_BYTES_MAX;
         match self {
-            ClientMessage::Subscribe(s) if !sub_ok(&s.sub) => {
-                bad(format!("'sub' must be a string of 1 to {SUB_ID_BYTES_MAX} bytes"))
-            }
-            ClientMessage::Unsubscribe { sub } if !sub_ok(sub) => {
-                bad(format!("'sub' must be a string of 1 to {SUB_ID_BYTES_MAX} bytes"))
-            }
-            ClientMessage::Write(w) if w.req.is_empty() || w.req.len() > REQ_ID_BYTES_MAX => {
-                bad(format!("'req' must be a string of 1 to {REQ_ID_BYTES_MAX} bytes"))
-            }
+            ClientMessage::Subscribe(s) if !sub_ok(&s.sub) => bad(format!(
+                "'sub' must be a string of 1 to {SUB_ID_BYTES_MAX} bytes"
+            )),
+            ClientMessage::Unsubscribe { sub } if !sub_ok(sub) => bad(format!(
+                "'sub' must be a string of 1 to {SUB_ID_BYTES_MAX} bytes"
+            )),
+            ClientMessage::Write(w) if w.req.is_empty() || w.req.len() > REQ_ID_BYTES_MAX => bad(
+                format!("'req' must be a string of 1 to {REQ_ID_BYTES_MAX} bytes"),
+            ),
             ClientMessage::Write(w) if w.writes.is_empty() => {
                 bad("a write request needs at least one write".into())
             }
-            ClientMessage::Write(w) if w.writes.len() > COMMIT_WRITES_MAX => Err(ProtocolError::new(
-                ErrorCode::LimitExceeded,
-                format!("a write request may hold at most {COMMIT_WRITES_MAX} writes"),
-            )),
+            ClientMessage::Write(w) if w.writes.len() > COMMIT_WRITES_MAX => {
+                Err(ProtocolError::new(
+                    ErrorCode::LimitExceeded,
+                    format!("a write request may hold at most {COMMIT_WRITES_MAX} writes"),
+                ))
+            }
             _ => Ok(()),
         }
     }

@@ -44,6 +44,8 @@ pub trait Decode: DeserializeOwned {
     const BAD: ErrorCode = ErrorCode::BadRequest;
     /// The code of a message with a member the type does not know.
     const UNKNOWN: ErrorCode = Self::BAD;
+    /// The code of a message that is JSON but not an object.
+    const NOT_OBJECT: ErrorCode = ErrorCode::BadRequest;
 
     /// Checks what serde cannot (lengths, ranges); run after every successful decode.
     fn check(&self) -> Result<(), ProtocolError> {
@@ -100,7 +102,7 @@ fn syntax(e: serde_json::Error) -> ProtocolError {
 
 fn not_object<T: Decode>(v: &Value) -> ProtocolError {
     ProtocolError::new(
-        T::BAD,
+        T::NOT_OBJECT,
         format!("{} must be a JSON object, got {}", T::WHAT, kind(v)),
     )
 }
@@ -111,13 +113,21 @@ fn classify<T: Decode>(e: serde_json::Error) -> ProtocolError {
         Category::Syntax | Category::Eof | Category::Io => syntax(e),
         Category::Data => {
             let text = e.to_string();
-            // serde's wording for a member the type does not declare.
-            let code = if text.starts_with("unknown field") {
-                T::UNKNOWN
-            } else {
-                T::BAD
-            };
-            ProtocolError::new(code, format!("{}: {text}", T::WHAT))
+            // serde's wording for a member the type does not declare: "unknown field `x`,
+            // expected ...", said here as "unknown query member 'x' (expected ...)".
+            match text
+                .strip_prefix("unknown field `")
+                .and_then(|rest| rest.split_once("`, "))
+            {
+                Some((name, expected)) => {
+                    let noun = T::WHAT.trim_start_matches("an ").trim_start_matches("a ");
+                    ProtocolError::new(
+                        T::UNKNOWN,
+                        format!("unknown {noun} member '{name}' ({expected})"),
+                    )
+                }
+                None => ProtocolError::new(T::BAD, format!("{}: {text}", T::WHAT)),
+            }
         }
     }
 }

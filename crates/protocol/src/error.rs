@@ -108,6 +108,9 @@ error_codes! {
     BadTrigger = ("bad_trigger", 400, None, false, "malformed trigger definition"),
     ScriptCompile = ("script_compile", 400, None, false, "a trigger's function is not a JavaScript function expression"),
     TriggerNotFound = ("trigger_not_found", 404, None, false, "no trigger with this name"),
+    // Trigger task errors: in a trigger's dead letters and recent errors, never an HTTP answer
+    TaskConflict = ("task_conflict", 409, None, true, "the documents a trigger task read kept changing (8 re-runs)"),
+    TriggerDepthExceeded = ("trigger_depth_exceeded", 400, None, false, "a chain of triggers 16 deep (a cycle?)"),
     Overloaded = ("overloaded", 503, None, true, "the write queue is full; retry later"),
     ShuttingDown = ("shutting_down", 503, None, true, "the server is shutting down"),
     StorageClosed = ("storage_closed", 503, None, true, "the store is closed"),
@@ -240,7 +243,10 @@ mod tests {
         for &code in ErrorCode::ALL {
             let s = code.as_str();
             assert!(seen.insert(s), "duplicate {s}");
-            assert!(s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "{s}");
+            assert!(
+                s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{s}"
+            );
             assert!((400..600).contains(&code.http_status()));
             assert_eq!(s.parse::<ErrorCode>(), Ok(code));
             assert_eq!(serde_json::to_value(code).unwrap(), s);
@@ -252,10 +258,18 @@ mod tests {
     /// `storage_corrupted` forever when it guessed from the status).
     #[test]
     fn retryable_is_decided_per_code() {
-        for code in [ErrorCode::Overloaded, ErrorCode::ShuttingDown, ErrorCode::RateLimited] {
+        for code in [
+            ErrorCode::Overloaded,
+            ErrorCode::ShuttingDown,
+            ErrorCode::RateLimited,
+        ] {
             assert!(code.retryable(), "{code}");
         }
-        for code in [ErrorCode::StorageCorrupted, ErrorCode::BadRequest, ErrorCode::VersionConflict] {
+        for code in [
+            ErrorCode::StorageCorrupted,
+            ErrorCode::BadRequest,
+            ErrorCode::VersionConflict,
+        ] {
             assert!(!code.retryable(), "{code}");
         }
     }

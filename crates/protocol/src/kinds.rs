@@ -5,8 +5,8 @@
 
 use crate::{
     ChangeEvent, ClientMessage, CommitBody, CommitReply, Decode, ErrorBody, ExemptionsBody,
-    Explain, IndexBody, ProtocolError, QueryBody, QueryReply, ServerMessage, SubscribeParams, TriggerBody,
-    Write,
+    Explain, IndexBody, ProtocolError, QueryBody, QueryReply, ServerMessage, SubscribeParams,
+    TriggerBody, Write,
 };
 use serde::Serialize;
 use serde_json::Value;

@@ -39,7 +39,11 @@ fn every_kind_has_a_fixture_and_every_fixture_a_kind() {
             Kind::from_name(name).is_some(),
             "testdata/protocol/{name}.json names a kind the Rust types do not know"
         );
-        assert_eq!(v["kind"], name.as_str(), "{name}.json: 'kind' must be its name");
+        assert_eq!(
+            v["kind"],
+            name.as_str(),
+            "{name}.json: 'kind' must be its name"
+        );
     }
     for kind in Kind::ALL {
         assert!(
@@ -54,7 +58,9 @@ fn every_kind_has_a_fixture_and_every_fixture_a_kind() {
 fn valid_examples_round_trip_and_invalid_ones_are_refused_with_their_code() {
     for (name, v) in fixture_files() {
         let kind = Kind::from_name(&name).expect("checked above");
-        let valid = v["valid"].as_array().unwrap_or_else(|| panic!("{name}: valid"));
+        let valid = v["valid"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: valid"));
         assert!(!valid.is_empty(), "{name}: no valid example");
         for ex in valid {
             let once = round_trip(kind, ex.clone())
@@ -63,7 +69,10 @@ fn valid_examples_round_trip_and_invalid_ones_are_refused_with_their_code() {
             let twice = round_trip(kind, once.clone()).unwrap();
             assert_eq!(once, twice, "{name}: {ex} does not round-trip");
         }
-        for bad in v["invalid"].as_array().unwrap_or_else(|| panic!("{name}: invalid")) {
+        for bad in v["invalid"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: invalid"))
+        {
             let msg = &bad["message"];
             let code: ErrorCode = bad["code"].as_str().unwrap().parse().unwrap();
             assert!(bad["why"].is_string(), "{name}: {bad} lacks 'why'");
@@ -98,4 +107,3 @@ fn generated_files_are_fresh() {
     );
     generated("limits.json", &herald_protocol::limits::limits_json());
 }
-

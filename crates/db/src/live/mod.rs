@@ -14,10 +14,12 @@ mod diff;
 pub mod engine;
 mod feed;
 pub mod matcher;
+mod message;
 mod view;
 
 pub use clock::{CommitClock, CLOCK_SLOTS};
 pub use diff::{diff_windows, ChangeEvent, EventKind};
 pub use engine::{LiveEngine, Sink, SubscribeRequest, SUBSCRIBERS_PER_VIEW_MAX};
 pub use feed::{commit_from_log, Commit, Feed, FEED_BYTES_MAX, FEED_RING_MAX, REAPER_BYTES_MAX};
+pub use message::{Events, Gap, Message, ResetReason};
 pub use view::{DocChange, LiveView, Refill, SLACK_DEFAULT};
