@@ -62,7 +62,15 @@ pub trait Decode: DeserializeOwned {
                 return Err(not_object::<Self>(&v));
             }
         }
-        let out: Self = serde_json::from_slice(bytes).map_err(classify::<Self>)?;
+        let out: Self = serde_json::from_slice(bytes).map_err(|e| {
+            // A streaming decode meets a wrong member before a syntax error further on; bad
+            // JSON is reported as such, whatever else is wrong (only on this error path is the
+            // text read twice).
+            match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+                Err(syntax_error) => syntax(syntax_error),
+                Ok(_) => classify::<Self>(e),
+            }
+        })?;
         out.check()?;
         Ok(out)
     }
@@ -113,6 +121,12 @@ fn classify<T: Decode>(e: serde_json::Error) -> ProtocolError {
         Category::Syntax | Category::Eof | Category::Io => syntax(e),
         Category::Data => {
             let text = e.to_string();
+            // The position is of little use in a one-line message and reads oddly inside the
+            // "expected ..." part.
+            let text = match (e.line(), text.rfind(" at line ")) {
+                (1.., Some(at)) => text[..at].to_string(),
+                _ => text,
+            };
             // serde's wording for a member the type does not declare: "unknown field `x`,
             // expected ...", said here as "unknown query member 'x' (expected ...)".
             match text
