@@ -114,3 +114,27 @@ members! {
 impl Decode for DeadSelection {
     const WHAT: &'static str = "a dead-letter selection";
 }
+
+/// `POST /v1/keys`: `{"role":"admin"|"service","name"?}` (the server checks the role and the
+/// name's length).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyBody {
+    #[serde(deserialize_with = "role_member")]
+    pub role: String,
+    #[serde(
+        default,
+        deserialize_with = "name_member",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub name: Option<String>,
+}
+
+members! {
+    role_member: "role" => String;
+    name_member: "name" => Option<String>;
+}
+
+impl Decode for KeyBody {
+    const WHAT: &'static str = "a key";
+}

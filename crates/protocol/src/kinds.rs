@@ -4,9 +4,9 @@
 //! the kind has a fixture file.
 
 use crate::{
-    ChangeEvent, ClientMessage, CommitBody, CommitReply, Decode, ErrorBody, ExemptionsBody,
-    Explain, IndexBody, ProtocolError, QueryBody, QueryReply, ServerMessage, SubscribeParams,
-    TriggerBody, Write,
+    ChangeEvent, ClientMessage, CommitBody, CommitReply, DeadSelection, Decode, ErrorBody,
+    ExemptionsBody, Explain, IndexBody, KeyBody, ProtocolError, QueryBody, QueryReply,
+    ServerMessage, SubscribeParams, TriggerBody, Write,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -54,6 +54,8 @@ kinds! {
     HttpIndex = "http.index",
     HttpExemptions = "http.exemptions",
     HttpTrigger = "http.trigger",
+    HttpDeadSelection = "http.deadSelection",
+    HttpKey = "http.key",
     HttpSubscribe = "http.subscribe",
     Explain = "explain",
     Error = "error",
@@ -141,6 +143,8 @@ pub fn round_trip(kind: Kind, v: Value) -> Result<Value, ProtocolError> {
         Kind::HttpIndex => plain::<IndexBody>(v),
         Kind::HttpExemptions => plain::<ExemptionsBody>(v),
         Kind::HttpTrigger => plain::<TriggerBody>(v),
+        Kind::HttpDeadSelection => plain::<DeadSelection>(v),
+        Kind::HttpKey => plain::<KeyBody>(v),
         Kind::HttpSubscribe => plain::<SubscribeParams>(v),
         Kind::Explain => plain::<Explain>(v),
         Kind::Error => plain::<ErrorBody>(v),

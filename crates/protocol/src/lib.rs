@@ -28,7 +28,9 @@ pub mod query;
 pub mod server;
 pub mod write;
 
-pub use admin::{DeadSelection, ExemptionsBody, IndexBody, IndexField, TriggerBody, Webhook};
+pub use admin::{
+    DeadSelection, ExemptionsBody, IndexBody, IndexField, KeyBody, TriggerBody, Webhook,
+};
 pub use client::{ClientMessage, Subscribe, WriteRequest};
 pub use decode::{Decode, ProtocolError};
 pub use error::{error_code_rows, ErrorBody, ErrorCode, ErrorCodeRow, ErrorDetail, UnknownCode};

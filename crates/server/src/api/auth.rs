@@ -3,7 +3,7 @@
 //! ([`submit_as`]), and the key and rule endpoints: `POST/GET /v1/keys`,
 //! `DELETE /v1/keys/{id}`, `PUT/GET /v1/rules`.
 
-use crate::api::body::{kind, read_bytes, read_object};
+use crate::api::body::{read_bytes, read_typed};
 use crate::api::error::{ApiError, ApiResult};
 use crate::auth::keys::{Role, KEY_NAME_BYTES_MAX};
 use crate::auth::{Principal, UserAuth};
@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use herald_db::{CommitOutcome, DbError, Guard, Write, WriteEffect, WriteGuard};
-use herald_protocol::ErrorCode;
+use herald_protocol::{ErrorCode, KeyBody};
 use herald_rules::{Denial, Rules};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -326,36 +326,20 @@ pub async fn create_key(
     _: RequireAdmin,
     body: axum::body::Body,
 ) -> ApiResult<Response> {
-    let m = read_object(body, KEYS_BODY_BYTES_MAX).await?;
-    if let Some(k) = m.keys().find(|k| *k != "role" && *k != "name") {
-        return Err(ApiError::new(
-            ErrorCode::BadRequest,
-            format!("unknown key member '{k}'"),
-        ));
-    }
-    let role = match m.get("role") {
-        Some(Value::String(r)) => Role::parse(r),
-        _ => None,
-    }
-    .ok_or_else(|| {
+    let body: KeyBody = read_typed(body, KEYS_BODY_BYTES_MAX).await?;
+    let role = Role::parse(&body.role).ok_or_else(|| {
         ApiError::new(
             ErrorCode::BadRequest,
             "'role' must be \"admin\" or \"service\"",
         )
     })?;
-    let name = match m.get("name") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) if s.len() <= KEY_NAME_BYTES_MAX => s.clone(),
-        Some(other) => {
-            return Err(ApiError::new(
-                ErrorCode::BadRequest,
-                format!(
-                    "'name' must be a string of at most {KEY_NAME_BYTES_MAX} bytes, got {}",
-                    kind(other)
-                ),
-            ))
-        }
-    };
+    let name = body.name.unwrap_or_default();
+    if name.len() > KEY_NAME_BYTES_MAX {
+        return Err(ApiError::new(
+            ErrorCode::BadRequest,
+            format!("'name' must be a string of at most {KEY_NAME_BYTES_MAX} bytes"),
+        ));
+    }
     let st2 = st.clone();
     let out = blocking(move || {
         st2.auth

@@ -38,16 +38,3 @@ pub fn parse_json(bytes: &[u8], what: &str) -> ApiResult<Value> {
         e
     })
 }
-
-/// Reads a JSON body that must be an object (bodies without a protocol type: API keys).
-pub async fn read_object(body: Body, limit: usize) -> ApiResult<serde_json::Map<String, Value>> {
-    match read_json(body, limit).await? {
-        Value::Object(m) => Ok(m),
-        other => Err(ApiError::new(
-            ErrorCode::BadRequest,
-            format!("the body must be a JSON object, got {}", kind(&other)),
-        )),
-    }
-}
-
-pub use herald_protocol::decode::kind;

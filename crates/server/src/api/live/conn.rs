@@ -168,3 +168,72 @@ fn kind(k: herald_db::live::EventKind) -> EventKind {
         K::Remove => EventKind::Remove,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herald_db::live::{ChangeEvent as DbEvent, EventKind as DbKind, ResetReason};
+    use serde_json::{json, Value};
+
+    fn changes() -> Out {
+        let doc = Arc::new(json!({"_id": "a", "n": 1}));
+        let events: herald_db::live::Events = vec![
+            DbEvent {
+                kind: DbKind::Remove,
+                id: "b".into(),
+                doc: None,
+                old_index: 1,
+                new_index: -1,
+            },
+            DbEvent {
+                kind: DbKind::ChangeIndex,
+                id: "a".into(),
+                doc: Some(doc),
+                old_index: 0,
+                new_index: 1,
+            },
+        ]
+        .into();
+        Out::Live(Message::Changes {
+            sub: "s1".into(),
+            seq: 9,
+            events,
+        })
+    }
+
+    /// The wire form is the one `docs/protocol.md` gives (and the engine's JSON gave).
+    #[test]
+    fn engine_messages_encode_to_the_protocols_json() {
+        let text = encode(&changes()).to_text();
+        let want = json!({"type": "changes", "sub": "s1", "seq": 9, "changes": [
+            {"kind": "remove", "id": "b", "oldIndex": 1, "newIndex": -1},
+            {"kind": "changeIndex", "id": "a", "oldIndex": 0, "newIndex": 1, "doc": {"_id": "a", "n": 1}},
+        ]});
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), want);
+        let reset = Out::Live(Message::Reset {
+            sub: "s1".into(),
+            reason: ResetReason::FellBehind,
+        });
+        assert_eq!(
+            serde_json::from_str::<Value>(&encode(&reset).to_text()).unwrap(),
+            json!({"type": "reset", "sub": "s1", "reason": "the live-query engine fell behind the commit log"})
+        );
+    }
+
+    /// Every subscriber's message borrows the view's shared documents: no copy per subscriber.
+    #[test]
+    fn encoding_borrows_the_shared_documents() {
+        let out = changes();
+        let Out::Live(Message::Changes { events, .. }) = &out else {
+            unreachable!()
+        };
+        let shared: &Value = events[1].doc.as_deref().unwrap();
+        let ServerMessage::Changes { changes, .. } = encode(&out) else {
+            panic!("not changes")
+        };
+        match &changes[1].doc {
+            Some(Cow::Borrowed(d)) => assert!(std::ptr::eq(*d, shared)),
+            other => panic!("copied: {other:?}"),
+        }
+    }
+}

@@ -78,12 +78,24 @@ async fn send_text(socket: &mut WebSocket, text: String) -> bool {
     socket.send(Message::Text(text.into())).await.is_ok()
 }
 
-async fn close(socket: &mut WebSocket, reason: &'static str) {
+/// Closes the connection with `reason`, after an error with code `after` if one was sent: the
+/// close code is that error's (`ErrorCode::ws_close`), else a policy violation.
+async fn close(socket: &mut WebSocket, after: Option<ErrorCode>, reason: &'static str) {
     let frame = CloseFrame {
-        code: WS_CLOSE_POLICY,
+        code: after
+            .and_then(ErrorCode::ws_close)
+            .unwrap_or(WS_CLOSE_POLICY),
         reason: reason.into(),
     };
     let _ = socket.send(Message::Close(Some(frame))).await;
+}
+
+/// The code of an error message.
+fn code_of(msg: &ServerMessage<'_>) -> Option<ErrorCode> {
+    match msg {
+        ServerMessage::Error { code, .. } => Some(*code),
+        _ => None,
+    }
 }
 
 async fn run_ws(
@@ -118,19 +130,19 @@ async fn run_ws(
             _ = tokio::time::sleep_until(expiry) => {
                 st.live.disconnect(conn.id);
                 let _ = send_msg(&mut socket, &token_expired(None)).await;
-                close(&mut socket, "token expired").await;
+                close(&mut socket, Some(ErrorCode::TokenExpired), "token expired").await;
                 break;
             }
             _ = tokio::time::sleep_until(auth_deadline) => {
                 let e = ApiError::new(ErrorCode::Unauthenticated, "no credentials within the handshake timeout");
                 let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
-                close(&mut socket, "authentication timeout").await;
+                close(&mut socket, Some(e.code), "authentication timeout").await;
                 break;
             }
             changed = rules_changed.changed(), if session.principal.as_ref().is_some_and(|p| p.user().is_some()) => {
                 if changed.is_ok() {
                     st.live.disconnect(conn.id);
-                    close(&mut socket, "the security rules changed; reconnect").await;
+                    close(&mut socket, None, "the security rules changed; reconnect").await;
                     break;
                 }
             }
@@ -139,7 +151,7 @@ async fn run_ws(
                     st.live.disconnect(conn.id);
                     let e = ApiError::new(ErrorCode::Unauthenticated, "the connection's API key was revoked");
                     let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
-                    close(&mut socket, "API key revoked").await;
+                    close(&mut socket, Some(e.code), "API key revoked").await;
                     break;
                 }
             }
@@ -166,7 +178,7 @@ async fn run_ws(
                     let e = ApiError::new(ErrorCode::RateLimited, format!(
                         "more than {WS_MESSAGES_PER_SEC} messages per second (bursts of {WS_MESSAGES_BURST})"));
                     let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
-                    close(&mut socket, "rate limit exceeded").await;
+                    close(&mut socket, Some(e.code), "rate limit exceeded").await;
                     break;
                 }
                 let (reply, next) = client_message(&st, &conn, &mut subs, &mut session, text.as_str());
@@ -184,10 +196,10 @@ async fn run_ws(
                         if !ok { break }
                     }
                     Next::Close(msg, reason) => {
-                        if let Some(m) = msg {
-                            let _ = send_msg(&mut socket, &m).await;
+                        if let Some(m) = &msg {
+                            let _ = send_msg(&mut socket, m).await;
                         }
-                        close(&mut socket, reason).await;
+                        close(&mut socket, msg.as_ref().and_then(code_of), reason).await;
                         break;
                     }
                 }
@@ -221,13 +233,13 @@ async fn run_ws(
             }
             _ = conn.wake.notified() => {
                 if conn.overflow.load(Ordering::Acquire) {
-                    close(&mut socket, SLOW_CONSUMER).await;
+                    close(&mut socket, None, SLOW_CONSUMER).await;
                     break;
                 }
             }
             _ = idle.tick() => {
                 if subs.is_empty() && last_client.elapsed() >= WS_IDLE_TIMEOUT {
-                    close(&mut socket, "idle").await;
+                    close(&mut socket, None, "idle").await;
                     break;
                 }
                 if session.principal.is_none() || session.expired() { continue }
