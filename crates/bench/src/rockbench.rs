@@ -903,7 +903,14 @@ mod tests {
             .collect();
         db.commit(writes).unwrap();
         let q = newest_query();
-        let query = herald::api::query::query_of(q.as_object().unwrap()).unwrap();
+        let parts = herald_protocol::QueryParts {
+            filter: q.get("filter").cloned(),
+            sort: q.get("sort").cloned(),
+            skip: q.get("skip").cloned(),
+            limit: q.get("limit").cloned(),
+            projection: q.get("projection").cloned(),
+        };
+        let query = herald::api::query::query_of(&parts).unwrap();
         let out = db.query(COLLECTION, &query).unwrap();
         assert_eq!(out.docs[0]["ts"], 1049);
         assert_eq!(

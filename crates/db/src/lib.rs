@@ -77,6 +77,7 @@ pub use names::{
     check_collection, check_segment, generate_id, split_document_path, COLLECTION_PATH_BYTES_MAX,
     SEGMENT_BYTES_MAX,
 };
+pub use planner::PlanDescription;
 pub use txn::{
     Change, ChangeOp, CommitOutcome, Guard, QueueFull, Refused, Transaction, Write, WriteEffect,
     WriteGuard, WriteResult, COMMIT_WRITES_MAX,

@@ -39,20 +39,38 @@ pub enum Plan {
     Scan,
 }
 
+/// What a plan does, for `explain` (the server turns it into the protocol's `Explain`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PlanDescription {
+    /// Point reads of this many ids.
+    Ids { ids: usize },
+    /// Ranges of one index.
+    Index { index: String, ranges: usize },
+    /// The union of several plans (`$or`).
+    Union { plans: Vec<PlanDescription> },
+    /// One index in sort order.
+    OrderedIndex { index: String, descending: bool },
+    /// Every document of the collection.
+    CollectionScan,
+}
+
 impl Plan {
-    pub fn describe(&self) -> Value {
+    pub fn describe(&self) -> PlanDescription {
         match self {
-            Plan::Ids(ids) => serde_json::json!({"type": "ids", "ids": ids.len()}),
-            Plan::Index { index, ranges } => {
-                serde_json::json!({"type": "index", "index": index, "ranges": ranges.len()})
-            }
-            Plan::Union(ps) => {
-                serde_json::json!({"type": "union", "plans": ps.iter().map(Plan::describe).collect::<Vec<_>>()})
-            }
-            Plan::Ordered { index, desc, .. } => {
-                serde_json::json!({"type": "ordered_index", "index": index, "descending": desc})
-            }
-            Plan::Scan => serde_json::json!({"type": "collection_scan"}),
+            Plan::Ids(ids) => PlanDescription::Ids { ids: ids.len() },
+            Plan::Index { index, ranges } => PlanDescription::Index {
+                index: index.clone(),
+                ranges: ranges.len(),
+            },
+            Plan::Union(ps) => PlanDescription::Union {
+                plans: ps.iter().map(Plan::describe).collect(),
+            },
+            Plan::Ordered { index, desc, .. } => PlanDescription::OrderedIndex {
+                index: index.clone(),
+                descending: *desc,
+            },
+            Plan::Scan => PlanDescription::CollectionScan,
         }
     }
 

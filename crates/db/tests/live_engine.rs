@@ -2,7 +2,7 @@
 //! resumes; once the engine has caught up, every subscriber's list (initial result plus applied
 //! change batches) must equal the pull query, and batch seqs must strictly increase.
 
-use herald_db::live::{LiveEngine, Sink, SubscribeRequest};
+use herald_db::live::{LiveEngine, Message, Sink, SubscribeRequest};
 use herald_db::{Db, DbOptions, Durability, Write};
 use herald_query::Query;
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -15,9 +15,35 @@ struct TestSink {
     msgs: Mutex<Vec<Value>>,
 }
 
+/// A message as the client reads it (the server's encoding, reduced to what the test checks).
+fn json_of(m: &Message) -> Value {
+    match m {
+        Message::Initial { sub, seq, docs } => {
+            let docs: Vec<&Value> = docs.iter().map(|d| &**d).collect();
+            json!({"type": "initial", "sub": sub, "seq": seq, "docs": docs})
+        }
+        Message::Changes { sub, seq, events } => {
+            let changes: Vec<Value> = events
+                .iter()
+                .map(|e| {
+                    json!({"kind": e.kind.as_str(), "id": e.id, "oldIndex": e.old_index,
+                        "newIndex": e.new_index, "doc": e.doc.as_deref()})
+                })
+                .collect();
+            json!({"type": "changes", "sub": sub, "seq": seq, "changes": changes})
+        }
+        Message::Reset { sub, reason } => {
+            json!({"type": "reset", "sub": sub, "reason": reason.to_string()})
+        }
+        Message::Error { sub, code, message } => {
+            json!({"type": "error", "sub": sub, "code": code, "message": message})
+        }
+    }
+}
+
 impl Sink for TestSink {
-    fn send(&self, msg: Value) -> bool {
-        self.msgs.lock().unwrap().push(msg);
+    fn send(&self, msg: Message) -> bool {
+        self.msgs.lock().unwrap().push(json_of(&msg));
         true
     }
     fn conn(&self) -> u64 {
@@ -184,7 +210,7 @@ struct GateSink {
 }
 
 impl Sink for GateSink {
-    fn send(&self, _msg: Value) -> bool {
+    fn send(&self, _msg: Message) -> bool {
         let mut state = self.state.lock().unwrap();
         state.0 += 1;
         self.changed.notify_all();

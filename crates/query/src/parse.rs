@@ -9,23 +9,6 @@ use crate::limits::{FILTER_DEPTH_MAX, FILTER_NODES_MAX, IN_VALUES_MAX};
 use crate::regex::Pattern;
 use herald_value::{FieldPath, Map, Num, Value};
 
-/// Filter operators MongoDB has and Herald does not; named so the error can say so.
-const UNSUPPORTED: &[&str] = &[
-    "$where",
-    "$expr",
-    "$text",
-    "$jsonSchema",
-    "$geoWithin",
-    "$geoIntersects",
-    "$near",
-    "$nearSphere",
-    "$bitsAllSet",
-    "$bitsAnySet",
-    "$bitsAllClear",
-    "$bitsAnyClear",
-    "$sampleRate",
-];
-
 impl Filter {
     /// Parses a filter document such as `{"year": {"$gte": 2000}, "tags": "x"}`.
     pub fn parse(filter: &Value) -> Result<Filter, QueryError> {
@@ -221,7 +204,6 @@ impl Parser {
                         }
                     }
                 }
-                other if UNSUPPORTED.contains(&other) => return Err(unknown(p, other)),
                 other => return Err(unknown(p, other)),
             };
             ops.push(FieldOp::Test(test));

@@ -397,6 +397,14 @@ async fn definitions_are_validated_listed_and_deleted() {
             json!({"collection": "a/b", "function": "function(){}"}),
             "bad_path",
         ),
+        (
+            json!({"collection": "t", "function": "function(){}", "extra": 1}),
+            "bad_trigger",
+        ),
+        (
+            json!({"collection": "t", "webhook": {"url": "http://x", "method": "GET"}}),
+            "bad_trigger",
+        ),
     ] {
         s.json(Method::PUT, "/v1/triggers/x", &body)
             .await

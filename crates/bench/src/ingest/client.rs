@@ -5,7 +5,7 @@
 
 use crate::harness::record::Recorder;
 use futures_util::{SinkExt, StreamExt};
-use herald::api::live::WS_MESSAGE_BYTES_MAX;
+use herald_protocol::limits::WS_MESSAGE_BYTES_MAX;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::net::SocketAddr;

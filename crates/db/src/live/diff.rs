@@ -5,7 +5,7 @@
 //! yields the new list exactly. Removals come first (from the highest index down, so earlier
 //! indexes stay valid), then a single left-to-right pass fixes every position.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// A document in a window: a `Value`, or a shared `Arc<Value>` (what live views hold, so a
@@ -66,15 +66,6 @@ pub struct ChangeEvent<D = Value> {
 }
 
 impl<D: WindowDoc> ChangeEvent<D> {
-    /// The wire form: `{"kind","id","doc"?,"oldIndex","newIndex"}`.
-    pub fn to_json(&self) -> Value {
-        let mut v = json!({"kind": self.kind.as_str(), "id": self.id, "oldIndex": self.old_index, "newIndex": self.new_index});
-        if let Some(d) = &self.doc {
-            v["doc"] = d.doc().clone();
-        }
-        v
-    }
-
     /// Applies the event to a client list of (id, doc).
     pub fn apply(&self, list: &mut Vec<(String, Value)>) {
         if self.old_index >= 0 {
@@ -187,6 +178,7 @@ pub fn diff_windows<D: WindowDoc>(
 mod tests {
     use super::*;
     use proptest::strategy::Strategy;
+    use serde_json::json;
 
     fn l(ids: &[&str]) -> Vec<(String, Value)> {
         ids.iter()
@@ -267,7 +259,7 @@ mod tests {
         let ev = diff_windows(&old, &changed, &set);
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].kind, EventKind::Change);
-        assert_eq!(ev[0].to_json()["doc"], json!({"_id": "a", "n": 2}));
+        assert_eq!(ev[0].doc.as_deref(), Some(&json!({"_id": "a", "n": 2})));
     }
 
     #[test]

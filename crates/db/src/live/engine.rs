@@ -19,9 +19,10 @@ use crate::error::DbError;
 use crate::live::diff::ChangeEvent;
 use crate::live::feed::Commit;
 use crate::live::matcher::{Matcher, ViewId};
+use crate::live::message::{Events, Gap, Message, ResetReason};
 use crate::live::view::{DocChange, LiveView, SLACK_DEFAULT};
 use herald_query::{Projection, Query};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,7 +36,7 @@ pub const REQUESTS_MAX: usize = 65_536;
 /// Where a subscriber's messages go: a bounded queue owned by its connection.
 pub trait Sink: Send + Sync {
     /// Queues one message; `false` when the queue is full or closed.
-    fn send(&self, msg: Value) -> bool;
+    fn send(&self, msg: Message) -> bool;
     /// The connection this sink belongs to.
     fn conn(&self) -> u64;
 }
@@ -184,25 +185,24 @@ struct Engine {
     seq: u64,
 }
 
-fn error_msg(sub: &str, e: &DbError) -> Value {
-    json!({"type": "error", "sub": sub, "code": e.code(), "message": e.to_string()})
-}
-
 /// Commits read (and decoded) at once when the engine catches up or replays a resume: a
 /// backlog read whole (up to the retained million commits) held every one's decoded images at
 /// once.
 const CATCH_UP_COMMITS_MAX: u64 = 1024;
 
-fn reset_msg(sub: &str, reason: &str) -> Value {
-    json!({"type": "reset", "sub": sub, "reason": reason})
+fn reset_msg(sub: &str, reason: ResetReason) -> Message {
+    Message::Reset {
+        sub: sub.to_string(),
+        reason,
+    }
 }
 
-fn changes_msg(sub: &str, seq: u64, events: Vec<Value>) -> Value {
-    json!({"type": "changes", "sub": sub, "seq": seq, "changes": Value::Array(events)})
-}
-
-fn initial_msg(sub: &str, seq: u64, docs: Vec<(String, Value)>) -> Value {
-    json!({"type": "initial", "sub": sub, "seq": seq, "docs": docs.into_iter().map(|(_, d)| d).collect::<Vec<_>>()})
+fn changes_msg(sub: &str, seq: u64, events: Events) -> Message {
+    Message::Changes {
+        sub: sub.to_string(),
+        seq,
+        events,
+    }
 }
 
 impl Engine {
@@ -327,17 +327,15 @@ impl Engine {
         if let Some(r) = resume_from.filter(|r| *r != seq) {
             match self.replay(&db, &collection, &query, r, seq, &sub, &*sink) {
                 Ok(Replayed::Done) => {}
-                Ok(Replayed::Gap(why)) => {
-                    let reason =
-                        format!("cannot resume from seq {r}: {why}; here is a fresh result");
-                    if !sink.send(json!({"type": "reset", "sub": sub, "reason": reason})) {
+                Ok(Replayed::Gap(gap)) => {
+                    if !sink.send(reset_msg(&sub, ResetReason::Resume { from: r, gap })) {
                         return;
                     }
                     self.attach(&db, sub, collection, query, key, sink, true);
                     return;
                 }
                 Err(e) => {
-                    sink.send(error_msg(&sub, &e));
+                    sink.send(Message::error(&sub, &e));
                     return;
                 }
             }
@@ -362,17 +360,17 @@ impl Engine {
         sink: &dyn Sink,
     ) -> Result<Replayed, DbError> {
         if from > to {
-            return Ok(Replayed::Gap(GAP_UNKNOWN));
+            return Ok(Replayed::Gap(Gap::Unknown));
         }
         let docs = match Self::top_at(db, collection, query, Self::fetch_size(query), from) {
             Ok(d) => d,
-            Err(DbError::LogGone { .. }) => return Ok(Replayed::Gap(GAP_LOG)),
+            Err(DbError::LogGone { .. }) => return Ok(Replayed::Gap(Gap::LogGone)),
             // The result as of `from` is rebuilt from today's by undoing every change since;
             // past `QUERY_DOCS_MAX` of them that query is refused. A fresh result (a reset) is
             // then what the subscriber gets, as when the log no longer reaches back; replaying
             // that many changes would cost it more than a new result anyway.
             Err(DbError::LimitExceeded(_)) if query.limit.is_some() => {
-                return Ok(Replayed::Gap(GAP_TOO_MANY))
+                return Ok(Replayed::Gap(Gap::TooMany))
             }
             Err(e) => return Err(e),
         };
@@ -381,7 +379,7 @@ impl Engine {
         while at < to {
             let upto = to.min(at + CATCH_UP_COMMITS_MAX);
             let crate::LogRead::Commits(commits) = db.commits_between(at, upto)? else {
-                return Ok(Replayed::Gap(GAP_LOG));
+                return Ok(Replayed::Gap(Gap::LogGone));
             };
             for c in commits {
                 let events = apply_commit(db, collection, &mut view, &c)?;
@@ -433,20 +431,20 @@ impl Engine {
                 // Replayed up to the engine's seq, but the view cannot start there (see
                 // `first_result`): a reset and a fresh result, as when the log is gone.
                 Err(DbError::LimitExceeded(_)) if !send_initial => {
-                    if sink.send(reset_msg(&sub, "the engine is too far behind the newest commit to continue this subscription where the replay ended; here is a fresh result")) {
+                    if sink.send(reset_msg(&sub, ResetReason::ReplayBehind)) {
                         self.attach(db, sub, collection, query, key, sink, true);
                     }
                     return;
                 }
                 Err(e) => {
-                    sink.send(error_msg(&sub, &e));
+                    sink.send(Message::error(&sub, &e));
                     return;
                 }
             },
         };
         let view = self.views[id as usize].as_mut().expect("a live id");
         if view.subs.len() >= SUBSCRIBERS_PER_VIEW_MAX {
-            sink.send(error_msg(
+            sink.send(Message::error(
                 &sub,
                 &DbError::LimitExceeded(format!(
                     "at most {SUBSCRIBERS_PER_VIEW_MAX} subscribers per query"
@@ -454,8 +452,15 @@ impl Engine {
             ));
             return;
         }
-        if send_initial && !sink.send(initial_msg(&sub, view.live.seq(), view.live.window())) {
-            return;
+        if send_initial {
+            let initial = Message::Initial {
+                sub: sub.clone(),
+                seq: view.live.seq(),
+                docs: view.live.window_docs(),
+            };
+            if !sink.send(initial) {
+                return;
+            }
         }
         view.subs.push(Subscriber { sub, sink });
     }
@@ -494,8 +499,16 @@ impl Engine {
         self.shared.seq.store(last, Ordering::Release);
         for v in views.into_iter().flatten() {
             for s in v.subs {
-                if s.sink.send(json!({"type": "reset", "sub": s.sub, "reason": "the live-query engine fell behind the commit log"})) {
-                    self.attach(db, s.sub, v.collection.clone(), v.live.query().clone(), v.key.clone(), s.sink, true);
+                if s.sink.send(reset_msg(&s.sub, ResetReason::FellBehind)) {
+                    self.attach(
+                        db,
+                        s.sub,
+                        v.collection.clone(),
+                        v.live.query().clone(),
+                        v.key.clone(),
+                        s.sink,
+                        true,
+                    );
                 }
             }
         }
@@ -624,22 +637,16 @@ impl Deliver<'_> {
         match apply_changes(self.db, &view.collection, &mut view.live, seq, changes) {
             Ok(events) if events.is_empty() => {}
             Ok(events) => {
-                // Every subscriber but the last gets a copy; the last takes the events.
-                let mut events = Some(events);
-                for (i, s) in view.subs.iter().enumerate() {
-                    let mine = if i + 1 == view.subs.len() {
-                        events.take().unwrap_or_default()
-                    } else {
-                        events.clone().unwrap_or_default()
-                    };
-                    if !s.sink.send(changes_msg(&s.sub, seq, mine)) {
+                // One batch for the view, shared by every subscriber (a reference each).
+                for s in &view.subs {
+                    if !s.sink.send(changes_msg(&s.sub, seq, events.clone())) {
                         self.failed_conns.push(s.sink.conn());
                     }
                 }
             }
             Err(e) => {
                 for s in &view.subs {
-                    s.sink.send(error_msg(&s.sub, &e));
+                    s.sink.send(Message::error(&s.sub, &e));
                 }
                 self.broken.push(id);
             }
@@ -656,18 +663,18 @@ impl Deliver<'_> {
     }
 }
 
-/// Applies some changes of one commit to a view and renders its events.
+/// Applies some changes of one commit to a view: its events, one shared batch.
 fn apply_changes(
     db: &Db,
     collection: &str,
     view: &mut LiveView,
     seq: u64,
     changes: &[DocChange<'_>],
-) -> Result<Vec<Value>, DbError> {
+) -> Result<Events, DbError> {
     let query = view.shared_query();
     let mut refill = |n: usize, s: u64| top_at(db, collection, &query, Some(n), s);
     let events: Vec<ChangeEvent<Arc<Value>>> = view.apply(seq, changes, &mut refill)?;
-    Ok(events.iter().map(ChangeEvent::to_json).collect())
+    Ok(events.into())
 }
 
 /// Applies one commit (its changes to `collection`) to a view and renders its events.
@@ -676,7 +683,7 @@ fn apply_commit(
     collection: &str,
     view: &mut LiveView,
     commit: &Commit,
-) -> Result<Vec<Value>, DbError> {
+) -> Result<Events, DbError> {
     let changes: Vec<DocChange<'_>> = commit
         .changes
         .iter()
@@ -684,7 +691,7 @@ fn apply_commit(
         .map(|c| (c.id.as_str(), c.before.as_ref(), c.after.as_ref()))
         .collect();
     if changes.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Events::from([]));
     }
     apply_changes(db, collection, view, commit.seq, &changes)
 }
@@ -694,13 +701,8 @@ enum Replayed {
     /// Every missed commit was sent (or the subscriber went away).
     Done,
     /// The history could not be replayed, for this reason (a `reset` follows).
-    Gap(&'static str),
+    Gap(Gap),
 }
-
-const GAP_UNKNOWN: &str = "that seq is unknown here (ahead of the live-query engine)";
-const GAP_LOG: &str = "the commit log no longer reaches back to it";
-const GAP_TOO_MANY: &str = "more changes to the collection followed it than a query may \
-     undo to rebuild the result as of it (QUERY_DOCS_MAX)";
 
 /// The first `n` documents (unprojected, all when `None`) of the query's result in the newest
 /// snapshot, and that snapshot's seq.

@@ -12,6 +12,7 @@
 mod diff;
 pub mod engine;
 pub mod matcher;
+mod message;
 mod view;
 
 pub use diff::{diff_windows, ChangeEvent, EventKind};
@@ -22,4 +23,5 @@ use crate::feed;
 pub use crate::feed::{
     Commit, CommitClock, Feed, CLOCK_SLOTS, FEED_BYTES_MAX, FEED_RING_MAX, REAPER_BYTES_MAX,
 };
+pub use message::{Events, Gap, Message, ResetReason};
 pub use view::{DocChange, LiveView, Refill, SLACK_DEFAULT};

@@ -217,6 +217,17 @@ impl LiveView {
             .collect()
     }
 
+    /// The visible window's documents, shared with the view (an `initial` message's).
+    pub fn window_docs(&self) -> Vec<Arc<Value>> {
+        let take = self.query.limit.unwrap_or(usize::MAX);
+        self.items
+            .values()
+            .skip(self.query.skip)
+            .take(take)
+            .map(|item| item.shown.clone())
+            .collect()
+    }
+
     /// [`window`](LiveView::window) with the documents shared with the view.
     fn window_shared(&self) -> Vec<(String, Arc<Value>)> {
         let take = self.query.limit.unwrap_or(usize::MAX);

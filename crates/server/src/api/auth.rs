@@ -3,7 +3,7 @@
 //! ([`submit_as`]), and the key and rule endpoints: `POST/GET /v1/keys`,
 //! `DELETE /v1/keys/{id}`, `PUT/GET /v1/rules`.
 
-use crate::api::body::{kind, read_bytes, read_object};
+use crate::api::body::{read_bytes, read_typed};
 use crate::api::error::{ApiError, ApiResult};
 use crate::auth::keys::{Role, KEY_NAME_BYTES_MAX};
 use crate::auth::{Principal, UserAuth};
@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use herald_db::{CommitOutcome, DbError, Guard, Write, WriteEffect, WriteGuard};
+use herald_protocol::{ErrorCode, KeyBody};
 use herald_rules::{Denial, Rules};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -41,7 +42,7 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 pub fn principal_of(st: &AppState, headers: &HeaderMap) -> ApiResult<Principal> {
     st.auth
         .authenticate(bearer(headers))
-        .map_err(|e| ApiError::new("unauthenticated", e.0))
+        .map_err(|e| ApiError::new(ErrorCode::Unauthenticated, e.0))
 }
 
 impl FromRequestParts<AppState> for Principal {
@@ -64,7 +65,7 @@ impl FromRequestParts<AppState> for RequireAdmin {
             Ok(RequireAdmin)
         } else {
             Err(ApiError::new(
-                "permission_denied",
+                ErrorCode::PermissionDenied,
                 "this endpoint needs an admin key",
             ))
         }
@@ -80,7 +81,7 @@ impl FromRequestParts<AppState> for RequireTrusted {
     async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, ApiError> {
         match principal_of(st, &parts.headers)? {
             Principal::User(_) => Err(ApiError::new(
-                "permission_denied",
+                ErrorCode::PermissionDenied,
                 "this endpoint needs an admin or service key",
             )),
             _ => Ok(RequireTrusted),
@@ -92,7 +93,7 @@ impl FromRequestParts<AppState> for RequireTrusted {
 pub fn read_denied(d: Denial) -> ApiError {
     debug_assert_ne!(d, Denial::Hidden);
     ApiError::new(
-        "permission_denied",
+        ErrorCode::PermissionDenied,
         "the security rules do not allow reading this collection",
     )
 }
@@ -315,7 +316,7 @@ async fn blocking<T: Send + 'static>(
 ) -> ApiResult<T> {
     Ok(tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ApiError::new("internal", e.to_string()))??)
+        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))??)
 }
 
 /// `POST /v1/keys` `{"role":"admin"|"service","name"?}` -> `201 {"id","name","role","createdAt","key"}`.
@@ -324,31 +325,20 @@ pub async fn create_key(
     _: RequireAdmin,
     body: axum::body::Body,
 ) -> ApiResult<Response> {
-    let m = read_object(body, KEYS_BODY_BYTES_MAX).await?;
-    if let Some(k) = m.keys().find(|k| *k != "role" && *k != "name") {
+    let body: KeyBody = read_typed(body, KEYS_BODY_BYTES_MAX).await?;
+    let role = Role::parse(&body.role).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::BadRequest,
+            "'role' must be \"admin\" or \"service\"",
+        )
+    })?;
+    let name = body.name.unwrap_or_default();
+    if name.len() > KEY_NAME_BYTES_MAX {
         return Err(ApiError::new(
-            "bad_request",
-            format!("unknown key member '{k}'"),
+            ErrorCode::BadRequest,
+            format!("'name' must be a string of at most {KEY_NAME_BYTES_MAX} bytes"),
         ));
     }
-    let role = match m.get("role") {
-        Some(Value::String(r)) => Role::parse(r),
-        _ => None,
-    }
-    .ok_or_else(|| ApiError::new("bad_request", "'role' must be \"admin\" or \"service\""))?;
-    let name = match m.get("name") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) if s.len() <= KEY_NAME_BYTES_MAX => s.clone(),
-        Some(other) => {
-            return Err(ApiError::new(
-                "bad_request",
-                format!(
-                    "'name' must be a string of at most {KEY_NAME_BYTES_MAX} bytes, got {}",
-                    kind(other)
-                ),
-            ))
-        }
-    };
     let st2 = st.clone();
     let out = blocking(move || {
         st2.auth
@@ -376,7 +366,7 @@ pub async fn revoke_key(
         Ok(Json(json!({"revoked": id})))
     } else {
         Err(ApiError::new(
-            "key_not_found",
+            ErrorCode::KeyNotFound,
             format!("no API key with id '{id}'"),
         ))
     }
@@ -395,7 +385,7 @@ pub async fn put_rules(
     body: axum::body::Body,
 ) -> ApiResult<Json<Value>> {
     let bytes = read_bytes(body, RULES_BODY_BYTES_MAX).await?;
-    let rules = Rules::parse_text(&bytes).map_err(|e| ApiError::new(e.code(), e.to_string()))?;
+    let rules = Rules::parse_text(&bytes).map_err(|e| ApiError::lib(e.code(), e.to_string()))?;
     let n = rules.source()["rules"].as_array().map_or(0, Vec::len);
     let st2 = st.clone();
     blocking(move || st2.auth.set_rules(&st2.db, rules)).await?;

@@ -6,15 +6,15 @@
 //! the body until commits complete, which slows the client (TCP backpressure) instead of growing
 //! server memory.
 
-use crate::api::body::parse_json;
 use crate::api::error::{ApiError, ApiResult};
-use crate::api::writes::parse_write;
+use crate::api::writes::decode_line;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::Json;
 use futures_util::StreamExt;
 use herald_db::{CommitOutcome, DbError, Ticket, Write};
+use herald_protocol::ErrorCode;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -35,7 +35,7 @@ struct Tally {
 }
 
 impl Tally {
-    fn fail(&mut self, line: u64, code: &str, message: &str) {
+    fn fail(&mut self, line: u64, code: ErrorCode, message: &str) {
         self.failed += 1;
         // Lines fail out of order (parse errors at once, commit errors when they settle), so
         // insert by line number: the response holds the first errors, in line order.
@@ -43,8 +43,10 @@ impl Tally {
             .errors
             .partition_point(|e| e["line"].as_u64().is_some_and(|l| l < line));
         if at < BULK_ERRORS_REPORTED_MAX {
-            self.errors
-                .insert(at, json!({"line": line, "code": code, "message": message}));
+            self.errors.insert(
+                at,
+                json!({"line": line, "code": code.as_str(), "message": message}),
+            );
             self.errors.truncate(BULK_ERRORS_REPORTED_MAX);
         }
     }
@@ -72,7 +74,7 @@ async fn submit_line(
     line_no: u64,
     line: &[u8],
 ) {
-    let parsed = parse_json(line, "line").and_then(parse_write);
+    let parsed = decode_line(line);
     let mut writes = match parsed {
         Ok(w) => vec![w],
         Err(e) => return t.fail(line_no, e.code, &e.message),
@@ -138,8 +140,12 @@ pub async fn bulk(
     // True while skipping the rest of an over-long line.
     let mut skipping = false;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk
-            .map_err(|e| ApiError::new("bad_request", format!("reading the body failed: {e}")))?;
+        let chunk = chunk.map_err(|e| {
+            ApiError::new(
+                ErrorCode::BadRequest,
+                format!("reading the body failed: {e}"),
+            )
+        })?;
         let mut rest: &[u8] = &chunk;
         while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
             let (head, tail) = rest.split_at(nl);
@@ -154,7 +160,7 @@ pub async fn bulk(
                 t.lines += 1;
                 t.fail(
                     t.lines,
-                    "body_too_large",
+                    ErrorCode::BodyTooLarge,
                     &format!("line is over {BULK_LINE_BYTES_MAX} bytes"),
                 );
                 continue;
@@ -174,7 +180,7 @@ pub async fn bulk(
                 t.lines += 1;
                 t.fail(
                     t.lines,
-                    "body_too_large",
+                    ErrorCode::BodyTooLarge,
                     &format!("line is over {BULK_LINE_BYTES_MAX} bytes"),
                 );
                 buf.clear();

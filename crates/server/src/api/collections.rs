@@ -6,6 +6,7 @@ use crate::state::AppState;
 use axum::extract::{Query as UrlQuery, State};
 use axum::Json;
 use herald_db::COLLECTIONS_LIST_MAX;
+use herald_protocol::ErrorCode;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -25,7 +26,7 @@ pub async fn list(
             Ok(n) if (1..=COLLECTIONS_LIST_MAX).contains(&n) => n,
             _ => {
                 return Err(ApiError::new(
-                    "bad_request",
+                    ErrorCode::BadRequest,
                     format!("'limit' must be an integer from 1 to {COLLECTIONS_LIST_MAX}"),
                 ))
             }
@@ -35,7 +36,7 @@ pub async fn list(
     let db = st.db.clone();
     let names = tokio::task::spawn_blocking(move || db.list_collections(after.as_deref(), limit))
         .await
-        .map_err(|e| ApiError::new("internal", e.to_string()))??;
+        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))??;
     let more = names.len() == limit;
     let collections: Vec<Value> = names.into_iter().map(|n| json!({"name": n})).collect();
     Ok(Json(json!({"collections": collections, "more": more})))

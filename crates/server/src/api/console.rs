@@ -9,6 +9,7 @@ use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 
 use crate::api::error::ApiError;
+use herald_protocol::ErrorCode;
 
 /// The console's files: name under `/console/`, content type, bytes.
 const ASSETS: [(&str, &str, &[u8]); 3] = [
@@ -37,7 +38,7 @@ fn asset(name: &str) -> Response {
             *bytes,
         )
             .into_response(),
-        None => ApiError::new("route_not_found", "no such console file").into_response(),
+        None => ApiError::new(ErrorCode::RouteNotFound, "no such console file").into_response(),
     }
 }
 

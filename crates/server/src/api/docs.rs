@@ -15,6 +15,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use herald_db::{split_document_path, CommitOutcome, Write};
+use herald_protocol::ErrorCode;
 use serde_json::json;
 use std::collections::HashMap;
 
@@ -25,7 +26,7 @@ fn if_match(headers: &HeaderMap) -> ApiResult<Option<u64>> {
     let s = v.to_str().unwrap_or("").trim().trim_matches('"');
     s.parse::<u64>().map(Some).map_err(|_| {
         ApiError::new(
-            "bad_request",
+            ErrorCode::BadRequest,
             "If-Match must be a document version, e.g. \"3\"",
         )
     })
@@ -96,7 +97,7 @@ pub async fn get(
     }
     let found = tokio::task::spawn_blocking(move || db.get(&c, &i))
         .await
-        .map_err(|e| ApiError::new("internal", e.to_string()))??;
+        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))??;
     // A document the user may not read answers exactly as a missing one.
     let found = match (found, &rules, p.user()) {
         (Some(d), Some(rules), Some(user)) => rules
@@ -114,7 +115,7 @@ pub async fn get(
             Ok(resp)
         }
         None => Err(ApiError::new(
-            "not_found",
+            ErrorCode::NotFound,
             format!("document {collection}/{id} not found"),
         )),
     }
@@ -135,7 +136,7 @@ pub async fn patch(
         Some("true") => true,
         Some(other) => {
             return Err(ApiError::new(
-                "bad_request",
+                ErrorCode::BadRequest,
                 format!("upsert must be true or false, got '{other}'"),
             ))
         }

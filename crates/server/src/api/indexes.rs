@@ -2,7 +2,7 @@
 //! 202), `GET /v1/indexes?collection=`, `DELETE /v1/indexes/{name}?collection=`, and
 //! `PUT /v1/indexes/exemptions` replaces a collection's automatic-index exemptions.
 
-use crate::api::body::read_object;
+use crate::api::body::read_typed;
 use crate::api::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use axum::body::Body;
@@ -11,6 +11,8 @@ use axum::extract::{Path, Query as UrlQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
 use herald_db::DbError;
+use herald_protocol::ErrorCode;
+use herald_protocol::{ExemptionsBody, IndexBody};
 use herald_query::Direction;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -22,22 +24,16 @@ async fn blocking<T: Send + 'static>(
 ) -> ApiResult<T> {
     Ok(tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ApiError::new("internal", e.to_string()))??)
+        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))??)
 }
 
 fn collection_param(params: &HashMap<String, String>) -> ApiResult<String> {
-    params
-        .get("collection")
-        .cloned()
-        .ok_or_else(|| ApiError::new("bad_request", "'collection' query parameter is required"))
-}
-
-/// A required string member of an index request.
-fn required(m: &serde_json::Map<String, Value>, key: &str) -> ApiResult<String> {
-    m.get(key)
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .ok_or_else(|| ApiError::new("bad_index", format!("'{key}' is required")))
+    params.get("collection").cloned().ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::BadRequest,
+            "'collection' query parameter is required",
+        )
+    })
 }
 
 pub async fn create(
@@ -45,33 +41,23 @@ pub async fn create(
     _: crate::api::auth::RequireAdmin,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let m = read_object(body, BODY_MAX).await?;
-    let collection = required(&m, "collection")?;
-    let name = required(&m, "name")?;
-    let Some(Value::Array(items)) = m.get("fields") else {
-        return Err(ApiError::new(
-            "bad_index",
-            "'fields' must be an array of {\"path\", \"order\"}",
-        ));
-    };
-    let mut fields = Vec::new();
-    for f in items {
-        let path = f
-            .get("path")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ApiError::new("bad_index", "every field needs a 'path'"))?;
-        let dir = match f.get("order").and_then(Value::as_i64) {
-            None | Some(1) => Direction::Asc,
-            Some(-1) => Direction::Desc,
-            Some(o) => {
-                return Err(ApiError::new(
-                    "bad_index",
-                    format!("order must be 1 or -1, got {o}"),
-                ))
-            }
-        };
-        fields.push((path.to_string(), dir));
-    }
+    let body: IndexBody = read_typed(body, BODY_MAX).await?;
+    let IndexBody {
+        collection,
+        name,
+        fields,
+    } = body;
+    // The type checked each order is 1 or -1.
+    let fields: Vec<(String, Direction)> = fields
+        .into_iter()
+        .map(|f| {
+            let dir = match f.order {
+                Some(-1) => Direction::Desc,
+                _ => Direction::Asc,
+            };
+            (f.path, dir)
+        })
+        .collect();
     let db = st.db.clone();
     let index = blocking(move || db.create_index(&collection, &name, fields)).await?;
     Ok((StatusCode::ACCEPTED, Json(index)))
@@ -105,22 +91,10 @@ pub async fn exemptions(
     _: crate::api::auth::RequireAdmin,
     body: Body,
 ) -> ApiResult<Json<Value>> {
-    let m = read_object(body, BODY_MAX).await?;
-    let collection = required(&m, "collection")?;
-    let Some(Value::Array(items)) = m.get("exemptions") else {
-        return Err(ApiError::new(
-            "bad_index",
-            "'exemptions' must be an array of field paths",
-        ));
-    };
-    let paths: Vec<String> = items
-        .iter()
-        .map(|v| {
-            v.as_str()
-                .map(str::to_string)
-                .ok_or_else(|| ApiError::new("bad_index", "exemptions are field path strings"))
-        })
-        .collect::<Result<_, _>>()?;
+    let ExemptionsBody {
+        collection,
+        exemptions: paths,
+    } = read_typed(body, BODY_MAX).await?;
     let db = st.db.clone();
     blocking(move || db.set_exemptions(&collection, paths)).await?;
     Ok(Json(json!({"ok": true})))

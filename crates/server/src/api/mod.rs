@@ -14,13 +14,13 @@ pub mod metrics;
 pub mod query;
 pub mod triggers;
 pub mod writes;
-pub mod ws_writes;
 
 use crate::state::AppState;
 use axum::extract::State;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use error::ApiError;
+use herald_protocol::ErrorCode;
 use serde_json::{json, Value};
 
 async fn health(State(st): State<AppState>) -> Json<Value> {
@@ -28,12 +28,15 @@ async fn health(State(st): State<AppState>) -> Json<Value> {
 }
 
 async fn not_found() -> ApiError {
-    ApiError::new("route_not_found", "no such endpoint (see docs/protocol.md)")
+    ApiError::new(
+        ErrorCode::RouteNotFound,
+        "no such endpoint (see docs/protocol.md)",
+    )
 }
 
 async fn method_not_allowed() -> ApiError {
     ApiError::new(
-        "method_not_allowed",
+        ErrorCode::MethodNotAllowed,
         "this endpoint does not accept that method",
     )
 }

@@ -1,7 +1,7 @@
 //! Trigger management: `PUT/GET/DELETE /v1/triggers/{name}`, `GET /v1/triggers`, and the dead
 //! letters of a trigger: `GET .../dead`, `POST .../dead/retry`, `POST .../dead/purge`.
 
-use crate::api::body::read_json;
+use crate::api::body::{parse_json, read_bytes};
 use crate::api::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use axum::body::Body;
@@ -10,6 +10,8 @@ use axum::http::StatusCode;
 use axum::Json;
 use herald_db::triggers::{Action, TriggerDef, DEAD_LIST_MAX};
 use herald_db::DbError;
+use herald_protocol::ErrorCode;
+use herald_protocol::{DeadSelection, Decode, TriggerBody};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -21,7 +23,7 @@ async fn blocking<T: Send + 'static>(
 ) -> ApiResult<T> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ApiError::new("internal", e.to_string()))?
+        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?
 }
 
 pub async fn put(
@@ -30,17 +32,21 @@ pub async fn put(
     Path(name): Path<String>,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let body = read_json(body, BODY_MAX).await?;
+    let bytes = read_bytes(body, BODY_MAX).await?;
+    // The protocol's type refuses wrong shapes and unknown members; the database checks the
+    // definition's meaning (patterns, filter, URL, limits) on the same JSON.
+    TriggerBody::decode(&bytes)?;
+    let body = parse_json(&bytes, "the body")?;
     let def = TriggerDef::parse(&name, &body)?;
     let db = st.db.clone();
     let (stored, created) = blocking(move || {
         if let Action::Function(source) = &def.action {
             // Refuse source that is not a function expression now, not at the first task.
             let mut sandbox = herald_script::Sandbox::new(herald_script::Limits::default())
-                .map_err(|e| ApiError::new("internal", e.to_string()))?;
+                .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
             sandbox
                 .check(source)
-                .map_err(|e| ApiError::new("script_compile", e.to_string()))?;
+                .map_err(|e| ApiError::new(ErrorCode::ScriptCompile, e.to_string()))?;
         }
         Ok(db.put_trigger(def)?)
     })
@@ -110,7 +116,7 @@ pub async fn dead(
             .filter(|n| (1..=DEAD_LIST_MAX).contains(n))
             .ok_or_else(|| {
                 ApiError::new(
-                    "bad_request",
+                    ErrorCode::BadRequest,
                     format!("limit must be an integer from 1 to {DEAD_LIST_MAX}"),
                 )
             })?,
@@ -127,28 +133,7 @@ async fn selection(body: Body) -> ApiResult<Option<Vec<String>>> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    let v = crate::api::body::parse_json(&bytes, "body")?;
-    let bad = || {
-        ApiError::new(
-            "bad_request",
-            "expected {\"tasks\": [\"seq.n\", ...]} or no body",
-        )
-    };
-    let Value::Object(m) = v else {
-        return Err(bad());
-    };
-    if m.keys().any(|k| k != "tasks") {
-        return Err(bad());
-    }
-    match m.get("tasks") {
-        None => Ok(None),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|t| t.as_str().map(str::to_string).ok_or_else(bad))
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
-        Some(_) => Err(bad()),
-    }
+    Ok(DeadSelection::decode(&bytes)?.tasks)
 }
 
 pub async fn retry(

@@ -3,7 +3,7 @@
 //! error-code table, the CLI's public-address guard and graceful shutdown of the binary.
 //!
 //! Every response goes through `common::Resp::new`, which fails the test if an error response
-//! is not JSON or carries a code that is not in `herald_protocol::ERROR_CODES` with that status.
+//! is not JSON or carries a code that is not in `herald_protocol::ErrorCode` with that status.
 
 //!
 //! One test binary, one file per part: `happy.rs` (every endpoint's happy path), `bad_input.rs`

@@ -8,7 +8,7 @@
 
 use herald::{serve, ServeConfig};
 use herald_db::{DbOptions, Durability};
-use herald_protocol::ERROR_CODES;
+use herald_protocol::ErrorCode;
 use reqwest::{Method, RequestBuilder};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -33,10 +33,7 @@ pub fn seen_codes() -> BTreeMap<String, u16> {
 
 /// The status the protocol table gives `code`, if it is in the table.
 pub fn table_status(code: &str) -> Option<u16> {
-    ERROR_CODES
-        .iter()
-        .find(|(c, _, _)| *c == code)
-        .map(|(_, s, _)| *s)
+    ErrorCode::from_code(code).map(ErrorCode::http_status)
 }
 
 /// A response, with the body parsed as JSON (every Herald response is JSON).
@@ -66,7 +63,13 @@ impl Resp {
                 "error without a message: {text}"
             );
             let expected = table_status(code)
-                .unwrap_or_else(|| panic!("code {code:?} is not in herald_protocol::ERROR_CODES"));
+                .unwrap_or_else(|| panic!("code {code:?} is not a herald_protocol::ErrorCode"));
+            let retryable = ErrorCode::from_code(code).map(ErrorCode::retryable);
+            assert_eq!(
+                body["error"]["retryable"].as_bool(),
+                retryable,
+                "the error body's retryable disagrees with the table: {text}"
+            );
             assert_eq!(
                 status, expected,
                 "code {code} came with {status}, the table says {expected}"

@@ -12,21 +12,20 @@
 
 use crate::api::bulk::{try_queue, Submitted};
 use crate::api::error::ApiError;
-use crate::api::writes::parse_write;
+use crate::api::writes::{decode_item, op_of};
 use crate::state::AppState;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesOrdered;
 use futures_util::StreamExt;
-use herald_db::{CommitOutcome, DbError, Ticket, Write, COMMIT_WRITES_MAX};
-use serde_json::{json, Map, Value};
+use herald_db::{CommitOutcome, DbError, Ticket, Write};
+use herald_protocol::{
+    ServerMessage, WriteError, WriteRequest, WrittenFailed, WrittenOk, WrittenResult,
+};
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// Writes queued and not yet settled, per connection; past it the connection stops reading.
 pub const WS_WRITES_INFLIGHT_MAX: usize = 2048;
-/// Longest client-chosen request id.
-pub const REQ_ID_BYTES_MAX: usize = 128;
-
-const MEMBERS: &[&str] = &["op", "req", "writes", "atomic"];
 
 /// A request being committed: its reply (JSON text), once every write settled, and its write
 /// count.
@@ -40,59 +39,57 @@ pub struct WsWrites {
     inflight: usize,
 }
 
-/// `{"type":"error","req",code,message,...}` for a request that failed as a whole.
-fn request_error(req: Option<&str>, e: &ApiError) -> Value {
-    let mut v = json!({"type": "error", "code": e.code, "message": e.message});
-    if let Some(r) = req {
-        v["req"] = json!(r);
+/// `{"type":"error","req",code,message,...}` for a request that failed as a whole (without
+/// `req` when the request had no valid one).
+pub fn request_error(req: Option<&str>, e: &ApiError) -> String {
+    ServerMessage::Error {
+        sub: None,
+        req: req.map(Cow::Borrowed),
+        code: e.code,
+        message: Cow::Borrowed(&e.message),
+        write: e.write.map(|w| w as u64),
+        expected: e.versions.map(|v| v.0),
+        actual: e.versions.map(|v| v.1),
     }
-    if let Some(Value::Object(extra)) = &e.extra {
-        for (k, x) in extra {
-            v[k] = x.clone();
-        }
+    .to_text()
+}
+
+fn error_result(e: &ApiError) -> WrittenResult<'static> {
+    WrittenResult::Failed(WrittenFailed {
+        error: WriteError {
+            code: e.code,
+            message: Cow::Owned(e.message.clone()),
+        },
+    })
+}
+
+/// The per-write results of a committed transaction, `{"op","id","version","seq"}`; the ids
+/// move out of the outcome.
+fn results_of(out: CommitOutcome) -> impl Iterator<Item = WrittenResult<'static>> {
+    let seq = out.seq;
+    out.results.into_iter().map(move |r| {
+        WrittenResult::Ok(WrittenOk {
+            op: r.op.map(op_of),
+            id: Cow::Owned(r.id),
+            version: r.version,
+            seq,
+        })
+    })
+}
+
+/// `{"type":"written","req","seq","results":[...]}`.
+fn written_reply(req: String, seq: u64, results: Vec<WrittenResult<'static>>) -> String {
+    ServerMessage::Written {
+        req: Cow::Owned(req),
+        seq,
+        results,
     }
-    v
-}
-
-fn error_result(e: &ApiError) -> Value {
-    json!({"error": {"code": e.code, "message": e.message}})
-}
-
-/// The per-write result of a committed transaction, `{"op","id","version","seq"}`, written onto
-/// `out` as JSON text. A reply holds up to 500 of them; built as `Value` maps and then
-/// serialized, they were a fifth of the HTTP workers' time at 14,000 RockBench events/s.
-fn result_of(out: &CommitOutcome, i: usize, text: &mut String) {
-    use std::fmt::Write;
-    let r = &out.results[i];
-    // The op names are plain ASCII words: nothing to escape.
-    let _ = match r.op {
-        Some(op) => write!(text, r#"{{"op":"{}""#, op.as_str()),
-        None => write!(text, r#"{{"op":null"#),
-    };
-    text.push_str(r#","id":"#);
-    push_json_str(text, &r.id);
-    let _ = write!(text, r#","version":{},"seq":{}}}"#, r.version, out.seq);
-}
-
-/// `s` as a JSON string.
-fn push_json_str(text: &mut String, s: &str) {
-    text.push_str(&serde_json::to_string(s).expect("a string serializes"));
-}
-
-/// `{"type":"written","req","seq","results":[...]}` with results already written as text.
-fn written_reply(req: &str, seq: u64, results: &str) -> String {
-    let mut text = String::with_capacity(results.len() + req.len() + 64);
-    text.push_str(r#"{"type":"written","req":"#);
-    push_json_str(&mut text, req);
-    text.push_str(&format!(r#","seq":{seq},"results":["#));
-    text.push_str(results);
-    text.push_str("]}");
-    text
+    .to_text()
 }
 
 /// One write's outcome inside a non-atomic request.
 enum Slot {
-    Done(Value),
+    Done(WrittenResult<'static>),
     Waiting(Ticket<CommitOutcome, DbError>),
 }
 
@@ -114,40 +111,24 @@ impl WsWrites {
         Some(reply)
     }
 
-    /// Queues a write request. Returns the replies of earlier requests settled while waiting
-    /// for room in the writer's queue, to send now. Every reply, an error of this request
-    /// included, goes out in request order.
-    pub async fn submit(&mut self, st: &AppState, mut m: Map<String, Value>) -> Vec<String> {
+    /// Queues a write request (its shape already checked by the protocol's type). Returns the
+    /// replies of earlier requests settled while waiting for room in the writer's queue, to
+    /// send now. Every reply, an error of this request included, goes out in request order.
+    pub async fn submit(&mut self, st: &AppState, request: WriteRequest) -> Vec<String> {
         let mut out = Vec::new();
-        let req = match m.get("req") {
-            Some(Value::String(s)) if !s.is_empty() && s.len() <= REQ_ID_BYTES_MAX => s.clone(),
-            _ => {
-                let e = ApiError::new(
-                    "bad_request",
-                    format!("'req' must be a string of 1 to {REQ_ID_BYTES_MAX} bytes"),
-                );
-                self.answer(request_error(None, &e));
-                return out;
-            }
-        };
-        let parsed = parse_request(&mut m);
-        let (items, atomic) = match parsed {
-            Ok(x) => x,
-            Err(e) => {
-                self.answer(request_error(Some(&req), &e));
-                return out;
-            }
-        };
+        let WriteRequest {
+            req,
+            writes: items,
+            atomic,
+        } = request;
         let n = items.len();
         let future = if atomic {
             let mut writes = Vec::with_capacity(n);
-            for (i, item) in items.into_iter().enumerate() {
-                match parse_write(item) {
+            for (i, item) in items.iter().enumerate() {
+                match decode_item(item) {
                     Ok(w) => writes.push(w),
-                    Err(mut e) => {
-                        e.message = format!("write {i}: {}", e.message);
-                        e.extra = Some(json!({"write": i}));
-                        self.answer(request_error(Some(&req), &e));
+                    Err(e) => {
+                        self.answer(request_error(Some(&req), &e.at_write(i)));
                         return out;
                     }
                 }
@@ -161,8 +142,8 @@ impl WsWrites {
             }
         } else {
             let mut slots = Vec::with_capacity(n);
-            for item in items {
-                let queued = match parse_write(item) {
+            for item in &items {
+                let queued = match decode_item(item) {
                     Ok(w) => self.queue(st, vec![w], &mut out).await,
                     Err(e) => Err(e),
                 };
@@ -181,8 +162,7 @@ impl WsWrites {
 
     /// Queues a reply that needs no commit (a request refused as a whole) behind the earlier
     /// ones, so replies keep request order.
-    fn answer(&mut self, reply: Value) {
-        let reply = reply.to_string();
+    pub fn answer(&mut self, reply: String) {
         self.pending.push_back(Box::pin(async move { (0, reply) }));
     }
 
@@ -210,60 +190,15 @@ impl WsWrites {
     }
 }
 
-/// Checks the request's members: `writes` (1 to 500 entries) and `atomic` (default false).
-fn parse_request(m: &mut Map<String, Value>) -> Result<(Vec<Value>, bool), ApiError> {
-    if let Some(k) = m.keys().find(|k| !MEMBERS.contains(&k.as_str())) {
-        return Err(ApiError::new(
-            "bad_request",
-            format!("unknown write member '{k}'"),
-        ));
-    }
-    let atomic = match m.get("atomic") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            return Err(ApiError::new(
-                "bad_request",
-                format!("'atomic' must be a boolean, got {other}"),
-            ))
-        }
-    };
-    let Some(Value::Array(items)) = m.remove("writes") else {
-        return Err(ApiError::new(
-            "bad_request",
-            "a write request needs 'writes' (an array)",
-        ));
-    };
-    if items.is_empty() {
-        return Err(ApiError::new(
-            "bad_request",
-            "a write request needs at least one write",
-        ));
-    }
-    if items.len() > COMMIT_WRITES_MAX {
-        return Err(ApiError::new(
-            "limit_exceeded",
-            format!("a write request may hold at most {COMMIT_WRITES_MAX} writes"),
-        ));
-    }
-    Ok((items, atomic))
-}
-
 /// The reply of an atomic request: every result with the one seq, or the request's error.
 fn atomic_reply(req: String, ticket: Ticket<CommitOutcome, DbError>) -> BoxFuture<'static, String> {
     Box::pin(async move {
         match ticket.await {
             Ok(out) => {
-                let mut results = String::new();
-                for i in 0..out.results.len() {
-                    if i > 0 {
-                        results.push(',');
-                    }
-                    result_of(&out, i, &mut results);
-                }
-                written_reply(&req, out.seq, &results)
+                let seq = out.seq;
+                written_reply(req, seq, results_of(out).collect())
             }
-            Err(e) => request_error(Some(&req), &ApiError::from(DbError::from(e))).to_string(),
+            Err(e) => request_error(Some(&req), &ApiError::from(DbError::from(e))),
         }
     })
 }
@@ -273,31 +208,29 @@ fn atomic_reply(req: String, ticket: Ticket<CommitOutcome, DbError>) -> BoxFutur
 fn each_reply(req: String, slots: Vec<Slot>) -> BoxFuture<'static, String> {
     Box::pin(async move {
         let mut seq = 0;
-        let mut results = String::with_capacity(slots.len() * 64);
-        for (i, slot) in slots.into_iter().enumerate() {
-            if i > 0 {
-                results.push(',');
-            }
+        let mut results = Vec::with_capacity(slots.len());
+        for slot in slots {
             match slot {
-                Slot::Done(v) => results.push_str(&v.to_string()),
+                Slot::Done(r) => results.push(r),
                 Slot::Waiting(t) => match t.await {
                     Ok(out) => {
                         seq = seq.max(out.seq);
-                        result_of(&out, 0, &mut results);
+                        results.extend(results_of(out));
                     }
-                    Err(e) => results
-                        .push_str(&error_result(&ApiError::from(DbError::from(e))).to_string()),
+                    Err(e) => results.push(error_result(&ApiError::from(DbError::from(e)))),
                 },
             }
         }
-        written_reply(&req, seq, &results)
+        written_reply(req, seq, results)
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use herald_db::{Db, DbOptions, Durability};
+    use herald_db::{Db, DbOptions, Durability, COMMIT_WRITES_MAX};
+    use herald_protocol::WriteItem;
+    use serde_json::{json, Value};
 
     fn state(dir: &std::path::Path) -> AppState {
         let opts = DbOptions {
@@ -309,10 +242,10 @@ mod tests {
         AppState::new(db, auth)
     }
 
-    /// The reply written as text is the JSON the `Value` form gave: field order, a missing op
-    /// as null, ids and request ids escaped.
+    /// The reply is the JSON the protocol defines: field order, a missing op as null, ids and
+    /// request ids escaped.
     #[test]
-    fn replies_written_as_text_are_the_json_of_the_value_form() {
+    fn replies_are_the_protocols_json() {
         use herald_db::{ChangeOp, CommitOutcome, WriteResult};
         let result = |id: &str, op| WriteResult {
             collection: "c".into(),
@@ -333,14 +266,7 @@ mod tests {
             tasks: vec![],
             replayed: false,
         };
-        let mut results = String::new();
-        for i in 0..out.results.len() {
-            if i > 0 {
-                results.push(',');
-            }
-            result_of(&out, i, &mut results);
-        }
-        let text = written_reply("r\"1", out.seq, &results);
+        let text = written_reply("r\"1".into(), out.seq, results_of(out).collect());
         let want = json!({"type": "written", "req": "r\"1", "seq": 42, "results": [
             {"op": "insert", "id": "plain", "version": 7, "seq": 42},
             {"op": "update", "id": "q\"uote\\é\u{1}", "version": 7, "seq": 42},
@@ -349,14 +275,23 @@ mod tests {
         assert_eq!(text, want.to_string());
     }
 
-    fn request(req: &str, n: usize) -> Map<String, Value> {
-        let writes: Vec<Value> = (0..n)
-            .map(|i| json!({"op": "put", "collection": "c", "id": format!("{req}-{i}"), "doc": {"i": i}}))
+    /// A request of `n` puts (0: a request the protocol would refuse, queued all the same).
+    fn request(req: &str, n: usize) -> WriteRequest {
+        let writes = (0..n)
+            .map(|i| {
+                WriteItem::of(&herald_protocol::Write::Put {
+                    collection: "c".into(),
+                    id: format!("{req}-{i}"),
+                    doc: json!({"i": i}),
+                    if_version: None,
+                })
+            })
             .collect();
-        json!({"op": "write", "req": req, "writes": writes})
-            .as_object()
-            .cloned()
-            .unwrap()
+        WriteRequest {
+            req: req.into(),
+            writes,
+            atomic: false,
+        }
     }
 
     /// The in-flight count is what the connection loop's backpressure rests on: it rises with
@@ -376,7 +311,8 @@ mod tests {
         }
         assert_eq!(requests, WS_WRITES_INFLIGHT_MAX.div_ceil(per));
         // A malformed request queues no write; its error waits behind the earlier replies.
-        assert!(w.submit(&st, request("bad", 0)).await.is_empty());
+        let e = ApiError::new(herald_protocol::ErrorCode::BadRequest, "no writes");
+        w.answer(request_error(Some("bad"), &e));
         assert_eq!(w.inflight, requests * per);
         for i in 0..requests {
             let r: Value = serde_json::from_str(&w.next_reply().await.unwrap()).unwrap();

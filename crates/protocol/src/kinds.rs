@@ -1,0 +1,152 @@
+//! The list of message kinds, one fixture file each in `testdata/protocol/`
+//! (`<kind>.json`). The `kind_of_*` functions match exhaustively over the message enums, so a
+//! new variant does not compile until it has a kind here, and the fixture test then fails until
+//! the kind has a fixture file.
+
+use crate::{
+    ChangeEvent, ClientMessage, CommitBody, CommitReply, DeadSelection, Decode, ErrorBody,
+    ExemptionsBody, Explain, IndexBody, KeyBody, ProtocolError, QueryBody, QueryReply,
+    ServerMessage, SubscribeParams, TriggerBody, Write,
+};
+use serde::Serialize;
+use serde_json::Value;
+
+macro_rules! kinds {
+    ($($variant:ident = $name:literal,)*) => {
+        /// A message kind: one variant of a message enum, or one body type.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Kind { $($variant,)* }
+
+        impl Kind {
+            pub const ALL: &'static [Kind] = &[$(Kind::$variant,)*];
+
+            /// The fixture's name: `testdata/protocol/<name>.json`.
+            pub fn name(self) -> &'static str {
+                match self { $(Kind::$variant => $name,)* }
+            }
+
+            pub fn from_name(name: &str) -> Option<Kind> {
+                match name { $($name => Some(Kind::$variant),)* _ => None }
+            }
+        }
+    };
+}
+
+kinds! {
+    ClientAuth = "client.auth",
+    ClientSubscribe = "client.subscribe",
+    ClientUnsubscribe = "client.unsubscribe",
+    ClientWrite = "client.write",
+    ServerInitial = "server.initial",
+    ServerChanges = "server.changes",
+    ServerReset = "server.reset",
+    ServerError = "server.error",
+    ServerHeartbeat = "server.heartbeat",
+    ServerAuth = "server.auth",
+    ServerWritten = "server.written",
+    Change = "change",
+    Write = "write",
+    HttpQuery = "http.query",
+    HttpQueryReply = "http.queryReply",
+    HttpCommit = "http.commit",
+    HttpCommitReply = "http.commitReply",
+    HttpBulkLine = "http.bulkLine",
+    HttpIndex = "http.index",
+    HttpExemptions = "http.exemptions",
+    HttpTrigger = "http.trigger",
+    HttpDeadSelection = "http.deadSelection",
+    HttpKey = "http.key",
+    HttpSubscribe = "http.subscribe",
+    Explain = "explain",
+    Error = "error",
+}
+
+pub fn kind_of_client(m: &ClientMessage) -> Kind {
+    match m {
+        ClientMessage::Auth { .. } => Kind::ClientAuth,
+        ClientMessage::Subscribe(_) => Kind::ClientSubscribe,
+        ClientMessage::Unsubscribe { .. } => Kind::ClientUnsubscribe,
+        ClientMessage::Write(_) => Kind::ClientWrite,
+    }
+}
+
+pub fn kind_of_server(m: &ServerMessage<'_>) -> Kind {
+    match m {
+        ServerMessage::Initial { .. } => Kind::ServerInitial,
+        ServerMessage::Changes { .. } => Kind::ServerChanges,
+        ServerMessage::Reset { .. } => Kind::ServerReset,
+        ServerMessage::Error { .. } => Kind::ServerError,
+        ServerMessage::Heartbeat { .. } => Kind::ServerHeartbeat,
+        ServerMessage::Auth { .. } => Kind::ServerAuth,
+        ServerMessage::Written { .. } => Kind::ServerWritten,
+    }
+}
+
+/// Decodes `v` as a message of `kind` and encodes it again; an error with its code when the
+/// message is refused, or when it decodes as another kind of the same enum.
+pub fn round_trip(kind: Kind, v: Value) -> Result<Value, ProtocolError> {
+    fn again<T: Decode + Serialize>(v: Value) -> Result<(T, Value), ProtocolError> {
+        let t = T::decode_value(v)?;
+        let out = serde_json::to_value(&t).expect("a message serializes");
+        Ok((t, out))
+    }
+    fn plain<T: Decode + Serialize>(v: Value) -> Result<Value, ProtocolError> {
+        again::<T>(v).map(|(_, out)| out)
+    }
+    let other = |got: Kind| {
+        Err(ProtocolError::new(
+            crate::ErrorCode::BadRequest,
+            format!("decodes as {}, not {}", got.name(), kind.name()),
+        ))
+    };
+    match kind {
+        Kind::ClientAuth | Kind::ClientSubscribe | Kind::ClientUnsubscribe | Kind::ClientWrite => {
+            let (m, out) = again::<ClientMessage>(v)?;
+            if let ClientMessage::Write(w) = &m {
+                for item in &w.writes {
+                    item.decode()?;
+                }
+            }
+            match kind_of_client(&m) {
+                k if k == kind => Ok(out),
+                k => other(k),
+            }
+        }
+        Kind::ServerInitial
+        | Kind::ServerChanges
+        | Kind::ServerReset
+        | Kind::ServerError
+        | Kind::ServerHeartbeat
+        | Kind::ServerAuth
+        | Kind::ServerWritten => {
+            let (m, out) = again::<ServerMessage<'static>>(v)?;
+            match kind_of_server(&m) {
+                k if k == kind => Ok(out),
+                k => other(k),
+            }
+        }
+        Kind::Change => plain::<ChangeEvent<'static>>(v),
+        Kind::Write | Kind::HttpBulkLine => plain::<Write>(v),
+        Kind::HttpQuery => plain::<QueryBody>(v),
+        Kind::HttpQueryReply => plain::<QueryReply>(v),
+        Kind::HttpCommit => {
+            let (c, out) = again::<CommitBody>(v)?;
+            for (i, item) in c.writes.iter().enumerate() {
+                item.decode().map_err(|e| ProtocolError {
+                    message: format!("write {i}: {}", e.message),
+                    ..e
+                })?;
+            }
+            Ok(out)
+        }
+        Kind::HttpCommitReply => plain::<CommitReply>(v),
+        Kind::HttpIndex => plain::<IndexBody>(v),
+        Kind::HttpExemptions => plain::<ExemptionsBody>(v),
+        Kind::HttpTrigger => plain::<TriggerBody>(v),
+        Kind::HttpDeadSelection => plain::<DeadSelection>(v),
+        Kind::HttpKey => plain::<KeyBody>(v),
+        Kind::HttpSubscribe => plain::<SubscribeParams>(v),
+        Kind::Explain => plain::<Explain>(v),
+        Kind::Error => plain::<ErrorBody>(v),
+    }
+}

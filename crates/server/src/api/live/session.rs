@@ -1,0 +1,153 @@
+//! Who a WebSocket is: its principal (from the upgrade's `Authorization: Bearer`, or from a
+//! first message `{"op":"auth","token":"..."}` within [`WS_AUTH_TIMEOUT`]), when an end user's
+//! token expires, renewal by another `auth` message; and the connection's message rate limit.
+//!
+//! When a token expires unrenewed the connection gets `token_expired` and closes, and nothing
+//! is sent after the expiry instant.
+
+use crate::api::error::ApiError;
+use crate::api::live::error_msg;
+use crate::api::live::ws::Next;
+use crate::auth::{now_ms, Principal};
+use crate::state::AppState;
+use herald_protocol::{ErrorCode, ServerMessage};
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::time::Duration;
+
+/// With authentication on, a WebSocket must authenticate within this long of opening.
+pub const WS_AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// A WebSocket without subscriptions that sends nothing for this long is closed.
+pub const WS_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Client messages per second a WebSocket may send, sustained...
+pub const WS_MESSAGES_PER_SEC: f64 = 200.0;
+/// ...and in a burst. Past that the connection gets `rate_limited` and is closed.
+pub const WS_MESSAGES_BURST: f64 = 1000.0;
+
+/// A token bucket for client messages.
+pub struct RateLimit {
+    tokens: f64,
+    at: tokio::time::Instant,
+}
+
+impl Default for RateLimit {
+    fn default() -> RateLimit {
+        RateLimit::new()
+    }
+}
+
+impl RateLimit {
+    pub fn new() -> RateLimit {
+        RateLimit {
+            tokens: WS_MESSAGES_BURST,
+            at: tokio::time::Instant::now(),
+        }
+    }
+
+    pub fn take(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * WS_MESSAGES_PER_SEC;
+        self.tokens = (self.tokens + refill).min(WS_MESSAGES_BURST);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The authentication state of one WebSocket.
+#[derive(Default)]
+pub struct Session {
+    pub principal: Option<Principal>,
+    /// When the end user's token expires (`None`: keys, open mode, or not yet authenticated).
+    pub expires: Option<tokio::time::Instant>,
+    /// The API key the connection authenticated with, re-checked when a key is revoked.
+    pub key: Option<String>,
+}
+
+impl Session {
+    pub fn set(&mut self, p: Principal, credential: Option<&str>) {
+        self.key = match p {
+            Principal::Admin | Principal::Service => credential.map(str::to_string),
+            Principal::Open | Principal::User(_) => None,
+        };
+        self.expires = p.user().map(|u| {
+            let left = u.expires_at_ms.saturating_sub(now_ms());
+            tokio::time::Instant::now() + Duration::from_millis(left)
+        });
+        self.principal = Some(p);
+    }
+
+    pub fn expired(&self) -> bool {
+        self.expires
+            .is_some_and(|at| tokio::time::Instant::now() >= at)
+    }
+}
+
+/// The claims that identify a user's rights: all but the token's own lifetime and id.
+fn stable_claims(p: &Principal) -> Option<Map<String, Value>> {
+    p.user().map(|u| {
+        let mut c = u.ctx.claims.clone();
+        for k in ["exp", "iat", "nbf", "jti"] {
+            c.remove(k);
+        }
+        c
+    })
+}
+
+/// An `auth` message that failed: a first one closes the connection; a failed renewal leaves
+/// the current token in force until it expires.
+pub fn auth_failed(session: &Session, e: ApiError) -> (Option<ServerMessage<'static>>, Next) {
+    if session.principal.is_none() {
+        (
+            None,
+            Next::Close(Some(error_msg(None, &e)), "authentication failed"),
+        )
+    } else {
+        (Some(error_msg(None, &e)), Next::Continue)
+    }
+}
+
+/// `{"op":"auth","token":"..."}`: authenticates the connection or renews its token.
+pub fn auth_message(
+    st: &AppState,
+    session: &mut Session,
+    token: &str,
+) -> (Option<ServerMessage<'static>>, Next) {
+    let p = match st.auth.authenticate(Some(token)) {
+        Ok(p) => p,
+        Err(e) => return auth_failed(session, ApiError::new(ErrorCode::Unauthenticated, e.0)),
+    };
+    if let Some(cur) = &session.principal {
+        let same_user = match (cur, &p) {
+            (Principal::User(a), Principal::User(b)) => a.ctx.uid == b.ctx.uid,
+            (a, b) => a == b,
+        };
+        if !same_user || stable_claims(cur) != stable_claims(&p) {
+            let e = ApiError::new(
+                ErrorCode::Unauthenticated,
+                "a renewal must carry the same identity and claims; reconnect to change them",
+            );
+            return (
+                None,
+                Next::Close(Some(error_msg(None, &e)), "identity changed"),
+            );
+        }
+    }
+    let (uid, expires_at) = match &p {
+        Principal::User(u) => (Some(Cow::Owned(u.ctx.uid.clone())), Some(u.expires_at_ms)),
+        _ => (None, None),
+    };
+    session.set(p, Some(token));
+    (
+        Some(ServerMessage::Auth {
+            ok: true,
+            uid,
+            expires_at,
+        }),
+        Next::Continue,
+    )
+}

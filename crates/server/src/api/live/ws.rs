@@ -1,0 +1,417 @@
+//! The WebSocket `/v1/ws`: the connection loop (client messages, the outbound queue,
+//! heartbeats, token expiry, rules and key changes, the rate limit, write replies) and the
+//! handling of each client message, decoded as the protocol's `ClientMessage`.
+
+use crate::api::auth::{bearer, principal_of};
+use crate::api::error::ApiError;
+use crate::api::live::conn::{encode, Conn};
+use crate::api::live::session::{
+    auth_failed, auth_message, RateLimit, Session, WS_AUTH_TIMEOUT, WS_IDLE_TIMEOUT,
+    WS_MESSAGES_BURST, WS_MESSAGES_PER_SEC,
+};
+use crate::api::live::ws_writes::{request_error, WsWrites};
+use crate::api::live::{
+    check_origin, error_msg, resumable, subscription, token_expired, HEARTBEAT, SLOW_CONSUMER,
+    SUBS_PER_CONN_MAX, WS_MESSAGE_BYTES_MAX,
+};
+use crate::auth::Principal;
+use crate::state::AppState;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use futures_util::SinkExt;
+use herald_db::live::SubscribeRequest;
+use herald_protocol::error::WS_CLOSE_POLICY;
+use herald_protocol::limits::REQ_ID_BYTES_MAX;
+use herald_protocol::{
+    ClientMessage, Decode, ErrorCode, ProtocolError, ServerMessage, Subscribe, WriteRequest,
+};
+use serde_json::Value;
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Most queued messages written to a WebSocket with one flush.
+const OUT_BATCH_MAX: usize = 64;
+
+pub async fn ws(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    if let Err(e) = check_origin(&st, &headers) {
+        return e.into_response();
+    }
+    // A bearer header authenticates now; without one, the first message must.
+    let principal = match bearer(&headers) {
+        Some(cred) => match principal_of(&st, &headers) {
+            Ok(p) => Some((p, Some(cred.to_string()))),
+            Err(e) => return e.into_response(),
+        },
+        None if !st.auth.enabled() => Some((Principal::Open, None)),
+        None => None,
+    };
+    upgrade
+        .max_message_size(WS_MESSAGE_BYTES_MAX)
+        .on_upgrade(move |socket| run_ws(st, socket, principal))
+}
+
+/// What the loop does after a client message.
+pub enum Next {
+    Continue,
+    /// Send this, then close with a policy-violation frame and this reason.
+    Close(Option<ServerMessage<'static>>, &'static str),
+    /// A write request from a trusted principal, for the connection's `WsWrites`.
+    Write(WriteRequest),
+    /// The error of a write request refused as a whole, queued behind the connection's earlier
+    /// write replies (replies keep request order).
+    WriteRefused(String),
+}
+
+async fn send_msg(socket: &mut WebSocket, msg: &ServerMessage<'_>) -> bool {
+    send_text(socket, msg.to_text()).await
+}
+
+async fn send_text(socket: &mut WebSocket, text: String) -> bool {
+    socket.send(Message::Text(text.into())).await.is_ok()
+}
+
+/// Closes the connection with `reason`, after an error with code `after` if one was sent: the
+/// close code is that error's (`ErrorCode::ws_close`), else a policy violation.
+async fn close(socket: &mut WebSocket, after: Option<ErrorCode>, reason: &'static str) {
+    let frame = CloseFrame {
+        code: after
+            .and_then(ErrorCode::ws_close)
+            .unwrap_or(WS_CLOSE_POLICY),
+        reason: reason.into(),
+    };
+    let _ = socket.send(Message::Close(Some(frame))).await;
+}
+
+/// The code of an error message.
+fn code_of(msg: &ServerMessage<'_>) -> Option<ErrorCode> {
+    match msg {
+        ServerMessage::Error { code, .. } => Some(*code),
+        _ => None,
+    }
+}
+
+async fn run_ws(
+    st: AppState,
+    mut socket: WebSocket,
+    principal: Option<(Principal, Option<String>)>,
+) {
+    let mut conn = Conn::new(&st);
+    let mut subs: HashSet<String> = HashSet::new();
+    let mut writes = WsWrites::default();
+    let mut session = Session::default();
+    if let Some((p, credential)) = principal {
+        session.set(p, credential.as_deref());
+    }
+    let opened = tokio::time::Instant::now();
+    let mut last_client = opened;
+    let mut rate = RateLimit::new();
+    let mut rules_changed = st.auth.rules_changed();
+    let mut keys_changed = st.auth.keys_changed();
+    let mut idle = tokio::time::interval(HEARTBEAT);
+    idle.reset();
+    let far = Duration::from_secs(365 * 24 * 3600);
+    loop {
+        let expiry = session.expires.unwrap_or(opened + far);
+        let auth_deadline = if session.principal.is_none() {
+            opened + WS_AUTH_TIMEOUT
+        } else {
+            opened + far
+        };
+        tokio::select! {
+            biased;
+            _ = tokio::time::sleep_until(expiry) => {
+                st.live.disconnect(conn.id);
+                let _ = send_msg(&mut socket, &token_expired(None)).await;
+                close(&mut socket, Some(ErrorCode::TokenExpired), "token expired").await;
+                break;
+            }
+            _ = tokio::time::sleep_until(auth_deadline) => {
+                let e = ApiError::new(ErrorCode::Unauthenticated, "no credentials within the handshake timeout");
+                let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
+                close(&mut socket, Some(e.code), "authentication timeout").await;
+                break;
+            }
+            changed = rules_changed.changed(), if session.principal.as_ref().is_some_and(|p| p.user().is_some()) => {
+                if changed.is_ok() {
+                    st.live.disconnect(conn.id);
+                    close(&mut socket, None, "the security rules changed; reconnect").await;
+                    break;
+                }
+            }
+            changed = keys_changed.changed(), if session.key.is_some() => {
+                if changed.is_ok() && st.auth.authenticate(session.key.as_deref()).is_err() {
+                    st.live.disconnect(conn.id);
+                    let e = ApiError::new(ErrorCode::Unauthenticated, "the connection's API key was revoked");
+                    let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
+                    close(&mut socket, Some(e.code), "API key revoked").await;
+                    break;
+                }
+            }
+            // Replies first, so answered writes free room before more are read.
+            reply = writes.next_reply(), if !writes.is_empty() => {
+                let Some(reply) = reply else { continue };
+                if !send_text(&mut socket, reply).await { break }
+                idle.reset();
+            }
+            // Not read while the connection's writes in flight are at their bound (backpressure).
+            incoming = socket.recv(), if writes.has_room() => {
+                let text = match incoming {
+                    Some(Ok(Message::Text(t))) => t,
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(Message::Binary(_))) => {
+                        let e = ApiError::new(ErrorCode::BadRequest, "messages must be JSON text");
+                        if !send_msg(&mut socket, &error_msg(None, &e)).await { break }
+                        continue;
+                    }
+                    Some(Ok(_)) => continue,
+                };
+                last_client = tokio::time::Instant::now();
+                if !rate.take() {
+                    let e = ApiError::new(ErrorCode::RateLimited, format!(
+                        "more than {WS_MESSAGES_PER_SEC} messages per second (bursts of {WS_MESSAGES_BURST})"));
+                    let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
+                    close(&mut socket, Some(e.code), "rate limit exceeded").await;
+                    break;
+                }
+                let (reply, next) = client_message(&st, &conn, &mut subs, &mut session, text.as_str());
+                if let Some(reply) = reply {
+                    if !send_msg(&mut socket, &reply).await { break }
+                }
+                match next {
+                    Next::Continue => {}
+                    Next::WriteRefused(reply) => writes.answer(reply),
+                    Next::Write(request) => {
+                        let mut ok = true;
+                        for r in writes.submit(&st, request).await {
+                            if !send_text(&mut socket, r).await { ok = false; break }
+                        }
+                        if !ok { break }
+                    }
+                    Next::Close(msg, reason) => {
+                        if let Some(m) = &msg {
+                            let _ = send_msg(&mut socket, m).await;
+                        }
+                        close(&mut socket, msg.as_ref().and_then(code_of), reason).await;
+                        break;
+                    }
+                }
+            }
+            out = conn.rx.recv() => {
+                let Some(out) = out else { break };
+                if session.expired() { continue }
+                // This message and up to OUT_BATCH_MAX - 1 more already queued go out with one
+                // flush (one socket write) instead of one each: a `limit: 1` subscription to a
+                // collection under fast inserts gets a message per commit.
+                let mut ok = true;
+                let mut next = Some(out);
+                let mut sent = 0;
+                while let Some(out) = next.take() {
+                    if session.expired() { break }
+                    let msg = encode(&out);
+                    conn.note(&msg);
+                    // A subscription the engine ended with an error frees its id.
+                    if let ServerMessage::Error { sub: Some(sub), .. } = &msg {
+                        subs.remove(sub.as_ref());
+                    }
+                    let text = msg.to_text();
+                    if socket.feed(Message::Text(text.into())).await.is_err() { ok = false; break }
+                    sent += 1;
+                    if sent < OUT_BATCH_MAX {
+                        next = conn.rx.try_recv().ok();
+                    }
+                }
+                if !ok || socket.flush().await.is_err() { break }
+                idle.reset();
+            }
+            _ = conn.wake.notified() => {
+                if conn.overflow.load(Ordering::Acquire) {
+                    close(&mut socket, None, SLOW_CONSUMER).await;
+                    break;
+                }
+            }
+            _ = idle.tick() => {
+                if subs.is_empty() && last_client.elapsed() >= WS_IDLE_TIMEOUT {
+                    close(&mut socket, None, "idle").await;
+                    break;
+                }
+                if session.principal.is_none() || session.expired() { continue }
+                let seq = st.live.seq();
+                let mut ok = true;
+                while let Ok(out) = conn.rx.try_recv() {
+                    let msg = encode(&out);
+                    conn.note(&msg);
+                    if !send_msg(&mut socket, &msg).await { ok = false; break }
+                }
+                if !ok || !send_msg(&mut socket, &conn.heartbeat(seq)).await { break }
+            }
+        }
+    }
+    st.live.disconnect(conn.id);
+}
+
+/// Handles one client message: an immediate reply (errors, auth answers), if any, and
+/// whether to close.
+fn client_message(
+    st: &AppState,
+    conn: &Conn,
+    subs: &mut HashSet<String>,
+    session: &mut Session,
+    text: &str,
+) -> (Option<ServerMessage<'static>>, Next) {
+    let msg = match ClientMessage::decode(text.as_bytes()) {
+        Ok(m) => m,
+        Err(e) => return refused(session, text, e),
+    };
+    if let ClientMessage::Auth { token } = &msg {
+        return auth_message(st, session, token);
+    }
+    let Some(principal) = session.principal.clone() else {
+        return not_authenticated();
+    };
+    match msg {
+        ClientMessage::Auth { .. } => unreachable!("handled above"),
+        ClientMessage::Write(request) => {
+            // Like `/v1/bulk`: high-rate ingest is for admin and service keys; end users write
+            // through the rules with `/v1/commit` and the document endpoints.
+            if principal.user().is_some() {
+                return (Some(write_denied(Some(&request.req))), Next::Continue);
+            }
+            (None, Next::Write(request))
+        }
+        ClientMessage::Subscribe(s) => (subscribe(st, conn, subs, &principal, *s), Next::Continue),
+        ClientMessage::Unsubscribe { sub } => {
+            subs.remove(&sub);
+            let reply = st
+                .live
+                .unsubscribe(conn.id, &sub)
+                .err()
+                .map(|e| error_msg(Some(&sub), &ApiError::from(e)));
+            (reply, Next::Continue)
+        }
+    }
+}
+
+fn not_authenticated() -> (Option<ServerMessage<'static>>, Next) {
+    let e = ApiError::new(
+        ErrorCode::Unauthenticated,
+        "the first message must be {\"op\":\"auth\",\"token\":\"...\"}",
+    );
+    (
+        None,
+        Next::Close(Some(error_msg(None, &e)), "not authenticated"),
+    )
+}
+
+fn write_denied(req: Option<&str>) -> ServerMessage<'static> {
+    let mut msg = ServerMessage::error(
+        ErrorCode::PermissionDenied,
+        "write requests need an admin or service key",
+    );
+    if let ServerMessage::Error { req: r, .. } = &mut msg {
+        *r = req.map(|s| Cow::Owned(s.to_string()));
+    }
+    msg
+}
+
+/// A message the protocol refused. Its error names the subscription or request it was meant
+/// for when the message says so (a valid `sub` or `req`); an `auth` message's failure, or any
+/// message before authentication, is handled as such.
+fn refused(
+    session: &Session,
+    text: &str,
+    e: ProtocolError,
+) -> (Option<ServerMessage<'static>>, Next) {
+    let e = ApiError::from(e);
+    let v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    let op = v.get("op").and_then(Value::as_str);
+    let id = |k: &str, max: usize| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty() && s.len() <= max)
+            .map(str::to_string)
+    };
+    if v.is_object() && op == Some("auth") {
+        return auth_failed(session, e);
+    }
+    if matches!(e.code, ErrorCode::BadJson | ErrorCode::DocumentTooDeep) || !v.is_object() {
+        return (Some(error_msg(None, &e)), Next::Continue);
+    }
+    let Some(principal) = &session.principal else {
+        return not_authenticated();
+    };
+    let mut msg = error_msg(None, &e);
+    if let ServerMessage::Error { sub, .. } = &mut msg {
+        match op {
+            Some("write") => {
+                let r = id("req", REQ_ID_BYTES_MAX);
+                if principal.user().is_some() {
+                    return (Some(write_denied(r.as_deref())), Next::Continue);
+                }
+                return (None, Next::WriteRefused(request_error(r.as_deref(), &e)));
+            }
+            Some("subscribe" | "unsubscribe") => {
+                *sub = id("sub", crate::api::live::SUB_ID_BYTES_MAX).map(Cow::Owned);
+            }
+            _ => {}
+        }
+    }
+    (Some(msg), Next::Continue)
+}
+
+/// `subscribe`: checks the connection's subscriptions, restricts an end user's query by the
+/// read rule, and hands the subscription to the engine. The reply is an error, if any.
+fn subscribe(
+    st: &AppState,
+    conn: &Conn,
+    subs: &mut HashSet<String>,
+    principal: &Principal,
+    s: Subscribe,
+) -> Option<ServerMessage<'static>> {
+    let (sub, collection, mut parts, resume_from) = s.into_parts();
+    let fail = |e: ApiError| Some(error_msg(Some(&sub), &e));
+    if subs.contains(&sub) {
+        return fail(ApiError::new(
+            ErrorCode::BadRequest,
+            format!("subscription '{sub}' already exists on this connection"),
+        ));
+    }
+    if subs.len() >= SUBS_PER_CONN_MAX {
+        return fail(ApiError::new(
+            ErrorCode::LimitExceeded,
+            format!("at most {SUBS_PER_CONN_MAX} subscriptions per connection"),
+        ));
+    }
+    if let Some(user) = principal.user() {
+        if let Err(e) = crate::api::query::restrict(st, &mut parts, &collection, user) {
+            return fail(e);
+        }
+    }
+    let (query, key) = match subscription(&collection, &parts) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    let resume_from = resumable(st, principal, resume_from, &sub, &conn.sink);
+    let req = SubscribeRequest {
+        sub: sub.clone(),
+        collection,
+        query,
+        key,
+        resume_from,
+        sink: conn.sink.clone(),
+    };
+    match st.live.subscribe(req) {
+        Ok(()) => {
+            subs.insert(sub);
+            None
+        }
+        Err(e) => fail(ApiError::from(e)),
+    }
+}
