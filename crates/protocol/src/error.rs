@@ -123,6 +123,7 @@ error_codes! {
     JobPanicked = ("job_panicked", 500, None, false, "an internal error while applying the write; nothing was applied"),
     InvalidOptions = ("invalid_options", 500, None, false, "bad storage options"),
     StorageInternal = ("storage_internal", 500, None, false, "internal storage error"),
+    LogGone = ("log_gone", 410, None, true, "the commit log no longer reaches back to the seq a live result needed; subscribe again"),
     Corrupt = ("corrupt", 500, None, false, "stored data could not be decoded"),
     Internal = ("internal", 500, None, false, "internal error"),
 }

@@ -52,6 +52,8 @@ export const ERROR_CODES = {
   bad_trigger: { http: 400, wsClose: null, retryable: false },
   script_compile: { http: 400, wsClose: null, retryable: false },
   trigger_not_found: { http: 404, wsClose: null, retryable: false },
+  task_conflict: { http: 409, wsClose: null, retryable: true },
+  trigger_depth_exceeded: { http: 400, wsClose: null, retryable: false },
   overloaded: { http: 503, wsClose: null, retryable: true },
   shutting_down: { http: 503, wsClose: null, retryable: true },
   storage_closed: { http: 503, wsClose: null, retryable: true },
@@ -64,6 +66,7 @@ export const ERROR_CODES = {
   job_panicked: { http: 500, wsClose: null, retryable: false },
   invalid_options: { http: 500, wsClose: null, retryable: false },
   storage_internal: { http: 500, wsClose: null, retryable: false },
+  log_gone: { http: 410, wsClose: null, retryable: true },
   corrupt: { http: 500, wsClose: null, retryable: false },
   internal: { http: 500, wsClose: null, retryable: false },
 } as const satisfies Record<string, ErrorCodeInfo>;
