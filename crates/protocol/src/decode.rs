@@ -177,3 +177,8 @@ pub(crate) use members;
 pub(crate) fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     <Value as serde::Deserialize>::deserialize(d).map(Some)
 }
+// The error body is decoded like any message (the SDK's tests and clients read it back); its
+// impl lives here so that `error` stays below `decode`.
+impl Decode for crate::error::ErrorBody {
+    const WHAT: &'static str = "an error body";
+}

@@ -230,10 +230,6 @@ impl ErrorBody {
     }
 }
 
-impl crate::Decode for ErrorBody {
-    const WHAT: &'static str = "an error body";
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
