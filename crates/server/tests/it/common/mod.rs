@@ -4,7 +4,7 @@
 //! helpers, "nothing changed" snapshots, and helpers for driving the `herald` binary as a child
 //! process.
 
-#![allow(dead_code)] // each test binary uses a different subset
+#![allow(dead_code)] // the crash-test binary uses a subset
 
 use herald::{serve, ServeConfig};
 use herald_db::{DbOptions, Durability};

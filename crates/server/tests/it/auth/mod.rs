@@ -2,15 +2,12 @@
 //! keys (`http.rs`), reads and writes through the rules (`rules.rs`), live queries with tokens,
 //! renewal and expiry (`live.rs`), and the attack list of docs/security.md (`attacks.rs`).
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod attacks;
 mod http;
 mod live;
 mod rules;
 
-use common::{Resp, Server};
+use crate::common::{self, Resp, Server};
 use futures_util::{SinkExt, StreamExt};
 use herald::auth::AuthOptions;
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
