@@ -151,7 +151,8 @@ async fn a_denied_subscription_does_not_disturb_other_subscribers() {
 
 #[tokio::test]
 async fn an_expired_token_ends_the_connection_and_a_renewed_one_keeps_it() {
-    let s = secure().await;
+    let clock = herald_db::Clock::manual_at_now();
+    let s = secure_on(&clock).await;
     admin_put(&s, "notes/a", json!({"owner": "alice", "n": 1})).await;
     let short = token("alice", 2, json!({"plan": "pro"}));
     let mut expiring = ws_auth(&s, &short).await;
@@ -175,7 +176,8 @@ async fn an_expired_token_ends_the_connection_and_a_renewed_one_keeps_it() {
         (a["type"].as_str(), a["ok"].as_bool()),
         (Some("auth"), Some(true))
     );
-    tokio::time::sleep(Duration::from_millis(3100)).await;
+    // Past the short token's expiry on the server's clock (no real waiting).
+    clock.advance(Duration::from_millis(3100));
     admin_put(&s, "notes/a", json!({"owner": "alice", "n": 2})).await;
     let e = next(&mut expiring).await.unwrap();
     assert_eq!(e["code"], "token_expired", "{e}");

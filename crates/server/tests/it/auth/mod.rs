@@ -57,6 +57,15 @@ pub async fn secure() -> Server {
     Server::start_auth(tempfile::tempdir().unwrap(), options()).await
 }
 
+/// [`secure`] on a manual clock: tokens expire when the test advances it, not with real time.
+pub async fn secure_on(clock: &herald_db::Clock) -> Server {
+    let db = herald_db::DbOptions {
+        clock: clock.clone(),
+        ..crate::common::nosync()
+    };
+    Server::start_auth_with(tempfile::tempdir().unwrap(), db, options()).await
+}
+
 pub fn now_s() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -167,6 +167,16 @@ impl Server {
         Server::start_config(dir, nosync(), Default::default(), auth).await
     }
 
+    /// Starts a server on `dir` with these database and authentication options (a manual
+    /// clock in `db.clock` lets a test expire tokens without waiting).
+    pub async fn start_auth_with(
+        dir: TempDir,
+        db: DbOptions,
+        auth: herald::auth::AuthOptions,
+    ) -> Server {
+        Server::start_config(dir, db, Default::default(), auth).await
+    }
+
     async fn start_config(
         dir: TempDir,
         db: DbOptions,
