@@ -37,18 +37,28 @@ fn open_retaining(dir: &std::path::Path, count: u64, age: Duration, clock: &Cloc
     .unwrap()
 }
 
-/// Waits (up to a second) until no automatic index of `collection` is being rebuilt; the
-/// caller's assertions then show what a build that did not finish left.
-fn wait_until_built(db: &Db, collection: &str) {
-    for _ in 0..500 {
-        if db.list_indexes(collection).unwrap()["building"]
-            .as_array()
-            .is_some_and(Vec::is_empty)
-        {
-            return;
+/// Polls `done` every 2 ms until it holds or 30 s passed, and says whether it held. Index
+/// builds run on a background thread, which a loaded machine (or the other tests of this
+/// binary, running in parallel) may hold up for a while: the deadline is for a hung build only.
+fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+    done()
+}
+
+/// Waits until no automatic index of `collection` is being rebuilt; the caller's assertions
+/// then show what a build that did not finish left.
+fn wait_until_built(db: &Db, collection: &str) {
+    eventually(|| {
+        db.list_indexes(collection).unwrap()["building"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    });
 }
 
 fn put(c: &str, id: &str, doc: Value) -> Write {
@@ -514,14 +524,7 @@ fn composite_index_builds_in_background_and_serves_queries() {
     )
     .unwrap();
     let query = q(json!({"filter": {"g": 3, "n": {"$gte": 100, "$lt": 200}}}));
-    let mut ready = false;
-    for _ in 0..200 {
-        if db.list_indexes("c").unwrap()["composite"][0]["state"] == "ready" {
-            ready = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let ready = eventually(|| db.list_indexes("c").unwrap()["composite"][0]["state"] == "ready");
     assert!(ready, "index build finished");
     let out = db.query("c", &query).unwrap();
     assert!(
@@ -561,16 +564,7 @@ fn exemptions_stop_index_use_and_rebuild_when_lifted() {
         ("collection_scan", 1)
     );
     db.set_exemptions("c", vec![]).unwrap();
-    for _ in 0..200 {
-        if db.list_indexes("c").unwrap()["building"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-        {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until_built(&db, "c");
     let out = db.query("c", &query).unwrap();
     assert_eq!((out.explain.plan.kind(), out.docs.len()), ("index", 1));
 }
@@ -658,12 +652,7 @@ fn load_and_wait(db: &Db, docs: impl IntoIterator<Item = Value>) -> Vec<Value> {
     if !writes.is_empty() {
         db.commit(writes).unwrap();
     }
-    for _ in 0..500 {
-        if db.list_indexes("c").unwrap()["composite"][0]["state"] == "ready" {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    eventually(|| db.list_indexes("c").unwrap()["composite"][0]["state"] == "ready");
     stored
 }
 
