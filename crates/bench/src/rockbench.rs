@@ -914,11 +914,12 @@ mod tests {
         let out = db.query(COLLECTION, &query).unwrap();
         assert_eq!(out.docs[0]["ts"], 1049);
         assert_eq!(
-            out.explain["plan"]["type"], "ordered_index",
-            "{}",
+            out.explain.plan.kind(),
+            "ordered_index",
+            "{:?}",
             out.explain
         );
-        assert_eq!(out.explain["docsExamined"], 1);
+        assert_eq!(out.explain.docs_examined, 1);
     }
 
     #[test]

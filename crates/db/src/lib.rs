@@ -28,7 +28,7 @@
 //!    [`CommitOutcome`], [`Change`], [`Guard`]); `indexer`: a document's index entries.
 //! 1. `names`: path and id rules; `layout`: the byte formats of documents and index entries;
 //!    `catalog`: the index catalog.
-//! 0. `error`: [`DbError`].
+//! 0. `error`: [`DbError`]; `clock`: [`Clock`], the wall clock commits and ages read.
 //!
 //! The write path runs inside the storage layer's group-commit writer, so every commit is one
 //! storage job: preconditions, documents, index entries, the next `seq`, the commit record,
@@ -37,6 +37,7 @@
 //! ([`LogRead::Gone`], or [`DbError::LogGone`] where it must be an error), never `corrupt`.
 
 mod catalog;
+mod clock;
 mod commitlog;
 mod db;
 mod error;
@@ -57,6 +58,7 @@ mod write;
 mod layering;
 
 pub use catalog::{CompositeIndex, IndexField, IndexState};
+pub use clock::{Advanced, Clock};
 pub use commitlog::{LogRead, LOG_PRUNE_PER_COMMIT_MAX, LOG_PRUNE_RESCAN_EVERY};
 pub use db::{
     Db, DbOptions, QueryOutcome, StoredDoc, BUILD_CHUNK_DOCS, COLLECTIONS_LIST_MAX,
@@ -77,7 +79,7 @@ pub use names::{
     check_collection, check_segment, generate_id, split_document_path, COLLECTION_PATH_BYTES_MAX,
     SEGMENT_BYTES_MAX,
 };
-pub use planner::PlanDescription;
+pub use planner::{Explain, PlanDescription};
 pub use txn::{
     Change, ChangeOp, CommitOutcome, Guard, QueueFull, Refused, Transaction, Write, WriteEffect,
     WriteGuard, WriteResult, COMMIT_WRITES_MAX,

@@ -326,13 +326,19 @@ mod tests {
     #[test]
     fn age_retention_forgets_old_ids() {
         let dir = tempfile::tempdir().unwrap();
-        let retention = MutationRetention {
-            retained_max: 100,
-            retention_ms: 0,
+        let clock = crate::Clock::manual(1_000);
+        let options = DbOptions {
+            durability: Durability::NoSync,
+            mutations: MutationRetention {
+                retained_max: 100,
+                retention_ms: 0,
+            },
+            clock: clock.clone(),
+            ..DbOptions::default()
         };
-        let db = open(dir.path(), retention);
+        let db = Db::open(dir.path(), options).unwrap();
         send(&db, inc("t"), "old").unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        clock.advance(std::time::Duration::from_millis(1));
         // This commit prunes "old" (older than 0 ms) and records "new".
         send(&db, inc("t"), "new").unwrap();
         assert!(!send(&db, inc("t"), "old").unwrap().replayed);

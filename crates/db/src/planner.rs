@@ -39,7 +39,22 @@ pub enum Plan {
     Scan,
 }
 
-/// What a plan does, for `explain` (the server turns it into the protocol's `Explain`).
+/// What a query did, for `explain`: the plan chosen and what running it cost. The server turns
+/// it into the protocol's `Explain` field by field (no JSON in between); the serde form is the
+/// same shape, for callers that print it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explain {
+    pub plan: PlanDescription,
+    /// Index entries read.
+    pub keys_examined: usize,
+    /// Documents fetched and run through the filter.
+    pub docs_examined: usize,
+    /// Documents in the result.
+    pub returned: usize,
+}
+
+/// What a plan does, for `explain`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum PlanDescription {
@@ -53,6 +68,19 @@ pub enum PlanDescription {
     OrderedIndex { index: String, descending: bool },
     /// Every document of the collection.
     CollectionScan,
+}
+
+impl PlanDescription {
+    /// The plan's kind as `explain`'s `"type"` names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PlanDescription::Ids { .. } => "ids",
+            PlanDescription::Index { .. } => "index",
+            PlanDescription::Union { .. } => "union",
+            PlanDescription::OrderedIndex { .. } => "ordered_index",
+            PlanDescription::CollectionScan => "collection_scan",
+        }
+    }
 }
 
 impl Plan {

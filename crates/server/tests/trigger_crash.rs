@@ -21,6 +21,7 @@
 //! `HERALD_TRIGGER_CRASH_CYCLES` sets the cycles (default 20; the slow suite runs 1000).
 #![cfg(unix)]
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use common::Herald;

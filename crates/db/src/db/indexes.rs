@@ -393,7 +393,7 @@ mod tests {
             let out = db
                 .query("c", &Query::parse(&json!({ "filter": filter })).unwrap())
                 .unwrap();
-            assert_eq!(out.explain["plan"]["type"], "index", "{}", out.explain);
+            assert_eq!(out.explain.plan.kind(), "index", "{:?}", out.explain);
             out.docs
                 .iter()
                 .map(|d| d["_id"].as_str().unwrap().to_string())
@@ -498,7 +498,7 @@ mod tests {
         assert_eq!(count(), 3);
         let q = Query::parse(&json!({"filter": {"b": {"$gte": 0}, "a": {"$gte": 0}}})).unwrap();
         let out = db.query("c", &q).unwrap();
-        assert_eq!(out.docs.len(), 3, "{}", out.explain);
+        assert_eq!(out.docs.len(), 3, "{:?}", out.explain);
         db.close().unwrap();
     }
 

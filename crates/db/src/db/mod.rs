@@ -13,6 +13,7 @@ mod triggers;
 pub use collections::COLLECTIONS_LIST_MAX;
 
 use crate::catalog::{Catalog, IndexState};
+use crate::clock::Clock;
 use crate::commitlog::{self, LogRead, LogRetention};
 use crate::error::DbError;
 use crate::exec::{execute, Examined};
@@ -21,18 +22,17 @@ use crate::indexer::{composite_index_name, field_index_name, STRING_KEY_BYTES_MA
 use crate::layout::{decode_doc, doc_key, META_CATALOG, META_SEQ};
 use crate::mutations::MutationRetention;
 use crate::names::{check_collection, check_segment};
-use crate::planner::plan;
+use crate::planner::{plan, Explain};
 use crate::triggers::Registry;
 use crate::txn::{Commit, CommitOutcome};
 use crate::write::WriteSettings;
 use herald_query::Query;
 use herald_storage::{Durability, Store, StoreOptions, Table};
 use herald_value::{DocumentLimits, Value};
-use serde_json::json;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Most composite indexes per collection.
 pub const COMPOSITE_INDEXES_MAX: usize = 64;
@@ -53,6 +53,9 @@ pub struct DbOptions {
     /// Strings longer than this many bytes are cut in index entries of a store created with
     /// these options (an existing store keeps the limit it was created with).
     pub string_key_bytes_max: usize,
+    /// The wall clock of commit times and retention ages (the system clock unless a test
+    /// passes a manual one).
+    pub clock: Clock,
 }
 
 impl Default for DbOptions {
@@ -65,6 +68,7 @@ impl Default for DbOptions {
             mutations: MutationRetention::default(),
             store: StoreOptions::default(),
             string_key_bytes_max: STRING_KEY_BYTES_MAX,
+            clock: Clock::system(),
         }
     }
 }
@@ -81,7 +85,8 @@ pub struct QueryOutcome {
     pub docs: Vec<Value>,
     /// The commit the result reflects.
     pub seq: u64,
-    pub explain: Value,
+    /// How the query ran (the plan and its cost).
+    pub explain: Explain,
 }
 
 #[derive(Clone)]
@@ -99,6 +104,8 @@ pub(crate) struct Inner {
     pub(crate) settings: WriteSettings,
     /// Trigger definitions the write path matches, with their counters.
     pub(crate) triggers: Registry,
+    /// Commit times and the ages retention and trigger status compare with.
+    pub(crate) clock: Clock,
 }
 
 /// What runs after a commit that changed documents, on the writer thread in commit order:
@@ -125,12 +132,6 @@ pub(crate) fn publish_hook(
         }
         db.triggers.tasks_committed(&tasks);
     }
-}
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Db {
@@ -194,6 +195,7 @@ impl Db {
                     },
                 },
                 triggers,
+                clock: options.clock.clone(),
             }),
         };
         // One wake of the live feed's reader per batch, after the batch's commits are in it.
@@ -209,6 +211,12 @@ impl Db {
             db.spawn_build(collection, index);
         }
         Ok(db)
+    }
+
+    /// The database's wall clock (the one in its options), for callers that compare times
+    /// with the ones it records.
+    pub fn clock(&self) -> &Clock {
+        &self.inner.clock
     }
 
     /// Counters of the storage writer (commits, jobs, last batch size).
@@ -273,7 +281,12 @@ impl Db {
                 docs: docs_examined,
             },
         ) = execute(&read, collection, query, &chosen)?;
-        let explain = json!({"plan": chosen.describe(), "keysExamined": keys, "docsExamined": docs_examined, "returned": docs.len()});
+        let explain = Explain {
+            plan: chosen.describe(),
+            keys_examined: keys,
+            docs_examined,
+            returned: docs.len(),
+        };
         Ok(QueryOutcome { docs, seq, explain })
     }
 
@@ -301,6 +314,7 @@ impl Db {
 mod tests {
     use super::*;
     use crate::txn::Write;
+    use serde_json::json;
 
     /// A job that pruned and then failed leaves the hint past records it did not delete; a
     /// requested rescan finds them, and the log is back to its window.

@@ -2,7 +2,7 @@
 //! one storage job that applies it (`write::apply`), and returns a ticket that resolves once the
 //! commit is durable (or failed). [`Db::commit`] is the blocking shorthand.
 
-use super::{now_ms, publish_hook, Db};
+use super::{publish_hook, Db};
 use crate::error::DbError;
 use crate::mutations::check_mutation_id;
 use crate::txn::{CommitOutcome, QueueFull, Refused, Transaction, Write, COMMIT_WRITES_MAX};
@@ -55,7 +55,7 @@ impl Db {
                 settings: &inner.settings,
                 triggers: &inner.triggers,
                 depth: 0,
-                now_ms: now_ms(),
+                now_ms: inner.clock.now_ms(),
                 guard: guard.as_deref(),
                 known: None,
                 mutation_id: mutation_id.as_deref(),

@@ -2,7 +2,7 @@
 //! completing a task (its writes and its removal in one storage transaction), failing it
 //! (retry or dead letter), and inspecting, retrying and purging dead letters.
 
-use super::{now_ms, publish_hook, Db};
+use super::{publish_hook, Db};
 use crate::error::DbError;
 use crate::known::KnownDocs;
 use crate::layout::{doc_key, prefix_end};
@@ -227,7 +227,7 @@ impl Db {
                     settings: &inner.settings,
                     triggers: &inner.triggers,
                     depth: task.depth,
-                    now_ms: now_ms(),
+                    now_ms: inner.clock.now_ms(),
                     guard: None,
                     known: known.as_ref(),
                     mutation_id: None,
@@ -289,7 +289,7 @@ impl Db {
                 txn.on_commit(move || {
                     let stats = inner.triggers.stats(id.uid);
                     stats.failed.fetch_add(1, Ordering::Relaxed);
-                    stats.record_error(now_ms(), id.label(), error);
+                    stats.record_error(inner.clock.now_ms(), id.label(), error);
                     if dead {
                         stats.pending.fetch_sub(1, Ordering::AcqRel);
                         stats.dead.fetch_add(1, Ordering::AcqRel);
@@ -425,7 +425,7 @@ impl Db {
             Some(entry) => {
                 let (_, v) = entry?;
                 let task = Task::decode(&v)?;
-                Some(now_ms().saturating_sub(task.created_ms))
+                Some(self.inner.clock.now_ms().saturating_sub(task.created_ms))
             }
             None => None,
         };

@@ -5,7 +5,7 @@
 //! a [`Refill`] for the top of the result at a given seq. The subscription registry, the change
 //! feed and the WebSocket/SSE protocol build on it.
 //!
-//! Invariant (checked by the model test in `tests/live_model.rs`): after every commit, applying
+//! Invariant (checked by the model test in `tests/it/live_model.rs`): after every commit, applying
 //! the emitted events to the client's previous list yields exactly the pull query's result at that
 //! commit's seq.
 

@@ -343,7 +343,7 @@ pub async fn create_key(
     let out = blocking(move || {
         st2.auth
             .keys
-            .create(&st2.db, name, role, crate::auth::now_ms())
+            .create(&st2.db, name, role, st2.db.clock().now_ms())
     })
     .await?;
     Ok((StatusCode::CREATED, Json(out)).into_response())

@@ -87,13 +87,9 @@ pub struct Auth {
     /// a seq at or before it starts afresh, since the list was built under other rules).
     rules_seq: std::sync::atomic::AtomicU64,
     pub allowed_origins: Option<Vec<String>>,
-}
-
-/// Now, in Unix milliseconds.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    /// The database's wall clock: token expiry is checked against it, so a test's manual clock
+    /// expires tokens without waiting.
+    clock: herald_db::Clock,
 }
 
 impl Auth {
@@ -136,6 +132,7 @@ impl Auth {
             // Rules given at start may differ from those of a list built before the restart.
             rules_seq: std::sync::atomic::AtomicU64::new(if rules_given { db.seq() } else { 0 }),
             allowed_origins: opts.allowed_origins,
+            clock: db.clock().clone(),
         })
     }
 
@@ -164,9 +161,14 @@ impl Auth {
             };
         }
         self.verifier
-            .verify(token)
+            .verify(token, self.clock.now_ms())
             .map(|u| Principal::User(Arc::new(u)))
             .map_err(Unauthenticated)
+    }
+
+    /// The clock tokens expire by (the database's).
+    pub fn clock(&self) -> &herald_db::Clock {
+        &self.clock
     }
 
     /// Whether end-user tokens can be verified at all.

@@ -78,7 +78,8 @@ impl Verifier {
 
     /// Verifies a token; the error says why it is refused (for the `unauthenticated` message;
     /// it never includes key material).
-    pub fn verify(&self, token: &str) -> Result<UserAuth, String> {
+    /// `now_ms` is the server's clock (see [`check_times`]).
+    pub fn verify(&self, token: &str, now_ms: u64) -> Result<UserAuth, String> {
         if token.len() > TOKEN_BYTES_MAX {
             return Err(format!("the token is over {TOKEN_BYTES_MAX} bytes"));
         }
@@ -94,18 +95,53 @@ impl Verifier {
         }
         let mut validation = Validation::new(header.alg);
         validation.leeway = 0;
-        validation.validate_nbf = true;
+        // `exp` and `nbf` are checked by `check_times` against the server's clock, not by the
+        // library against the system's. `exp` must still be present and numeric (required).
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
         validation.validate_aud = false;
         validation.set_required_spec_claims(&["exp", "sub"]);
         let mut last = String::new();
         for key in keys {
             match decode::<Map<String, Value>>(token, key, &validation) {
-                Ok(data) => return user_of(data.claims),
+                Ok(data) => {
+                    check_times(&data.claims, now_ms)?;
+                    return user_of(data.claims);
+                }
                 Err(e) => last = e.to_string(),
             }
         }
         Err(format!("invalid token: {last}"))
     }
+}
+
+/// A token is valid from its `nbf` (if any) until the second its `exp` names, both whole
+/// seconds compared with `now_ms` without leeway: what the JWT library checks against the system
+/// clock, with the same errors, checked here against the server's [`herald_db::Clock`].
+fn check_times(claims: &Map<String, Value>, now_ms: u64) -> Result<(), String> {
+    let now = now_ms / 1000;
+    // As the library reads a NumericDate: a non-negative number, rounded to whole seconds.
+    let secs = |name: &str| -> Result<Option<u64>, String> {
+        match claims.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .or_else(|| {
+                    v.as_f64()
+                        .filter(|f| f.is_finite() && *f >= 0.0 && *f < u64::MAX as f64)
+                        .map(|f| f.round() as u64)
+                })
+                .map(Some)
+                .ok_or_else(|| format!("invalid token: the '{name}' claim is not a NumericDate")),
+        }
+    };
+    if secs("exp")?.is_some_and(|exp| exp < now) {
+        return Err("invalid token: ExpiredSignature".into());
+    }
+    if secs("nbf")?.is_some_and(|nbf| nbf > now) {
+        return Err("invalid token: ImmatureSignature".into());
+    }
+    Ok(())
 }
 
 fn user_of(claims: Map<String, Value>) -> Result<UserAuth, String> {

@@ -13,7 +13,7 @@
 //! on at most `workers` threads; a task waiting for its commit holds none), which also bounds
 //! the completion channel.
 
-use crate::triggers::exec::{self, now_ms, Outcome};
+use crate::triggers::exec::{self, Outcome};
 use crate::triggers::pool::ScriptPool;
 use crate::triggers::TriggerOptions;
 use herald_db::triggers::{Action, Task, TaskId, TriggerDef};
@@ -158,7 +158,7 @@ impl Dispatcher {
                 self.refill(*uid, w);
             }
             // Rotate the starting trigger so one busy queue cannot starve the others.
-            let mut next_wake = now_ms() + IDLE_WAIT_MS_MAX;
+            let mut next_wake = self.db.clock().now_ms() + IDLE_WAIT_MS_MAX;
             let uids: Vec<u64> = windows.keys().copied().collect();
             for k in 0..uids.len() {
                 if in_flight >= in_flight_max {
@@ -171,7 +171,7 @@ impl Dispatcher {
                 next_wake = next_wake.min(wake);
             }
             start = start.wrapping_add(1);
-            let wait = next_wake.saturating_sub(now_ms()).max(1);
+            let wait = next_wake.saturating_sub(self.db.clock().now_ms()).max(1);
             if !self.bell.wait(Duration::from_millis(wait)) {
                 break;
             }
@@ -216,7 +216,7 @@ impl Dispatcher {
     /// Dispatches up to `free` runnable tasks of one window; returns how many, and the
     /// earliest retry time of a task it had to skip.
     fn pass(&self, uid: u64, w: &mut Window, free: usize) -> (usize, u64) {
-        let now = now_ms();
+        let now = self.db.clock().now_ms();
         let mut next_wake = u64::MAX;
         let mut blocked: HashSet<(&str, &str)> = HashSet::new();
         let mut chosen = Vec::new();

@@ -33,12 +33,6 @@ thread_local! {
     static SANDBOX: RefCell<Option<Sandbox>> = const { RefCell::new(None) };
 }
 
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// The delay before attempt `attempts + 1`: base * 2^attempts, capped, with "equal jitter"
 /// (half fixed, half random) so failing tasks do not retry in lockstep.
 pub fn backoff_ms(attempts: u32, opts: &TriggerOptions) -> u64 {
@@ -141,10 +135,11 @@ async fn fail_async(
     message: String,
     opts: Arc<TriggerOptions>,
 ) -> Outcome {
+    let clock = db.clock().clone();
     tokio::task::spawn_blocking(move || fail(&db, &def, id, &task, message, &opts))
         .await
         .unwrap_or(Outcome::Retry {
-            not_before_ms: now_ms() + 1000,
+            not_before_ms: clock.now_ms() + 1000,
         })
 }
 
@@ -209,7 +204,7 @@ fn fail(
     message: String,
     opts: &TriggerOptions,
 ) -> Outcome {
-    let retry_at = now_ms() + backoff_ms(task.attempts, opts);
+    let retry_at = db.clock().now_ms() + backoff_ms(task.attempts, opts);
     let recorded = db
         .fail_task(id, message, def.max_attempts, retry_at)
         .and_then(|t| t.wait().map_err(DbError::from));

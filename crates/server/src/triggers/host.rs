@@ -225,9 +225,7 @@ impl Host for TaskHost<'_> {
                 id: id.into(),
             }));
         };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now = self.db.clock().now_ms() as i64;
         let after = parsed.apply(&before, now).map_err(|e| host_err(e.into()))?;
         self.push(Write::Update {
             collection: collection.into(),

@@ -8,8 +8,9 @@
 use crate::api::error::ApiError;
 use crate::api::live::error_msg;
 use crate::api::live::ws::Next;
-use crate::auth::{now_ms, Principal};
+use crate::auth::Principal;
 use crate::state::AppState;
+use herald_db::Clock;
 use herald_protocol::{ErrorCode, ServerMessage};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -62,8 +63,9 @@ impl RateLimit {
 #[derive(Default)]
 pub struct Session {
     pub principal: Option<Principal>,
-    /// When the end user's token expires (`None`: keys, open mode, or not yet authenticated).
-    pub expires: Option<tokio::time::Instant>,
+    /// When the end user's token expires, in Unix milliseconds on the database's clock
+    /// (`None`: keys, open mode, or not yet authenticated).
+    pub expires_at_ms: Option<u64>,
     /// The API key the connection authenticated with, re-checked when a key is revoked.
     pub key: Option<String>,
 }
@@ -74,16 +76,33 @@ impl Session {
             Principal::Admin | Principal::Service => credential.map(str::to_string),
             Principal::Open | Principal::User(_) => None,
         };
-        self.expires = p.user().map(|u| {
-            let left = u.expires_at_ms.saturating_sub(now_ms());
-            tokio::time::Instant::now() + Duration::from_millis(left)
-        });
+        self.expires_at_ms = p.user().map(|u| u.expires_at_ms);
         self.principal = Some(p);
     }
 
-    pub fn expired(&self) -> bool {
-        self.expires
-            .is_some_and(|at| tokio::time::Instant::now() >= at)
+    pub fn expired(&self, clock: &Clock) -> bool {
+        self.expires_at_ms.is_some_and(|at| clock.now_ms() >= at)
+    }
+}
+
+/// Completes once `clock` reads `at_ms` or later: a timer for the time left, re-armed whenever a
+/// manual clock advances (so a test's advance expires a token at once, without sleeping).
+pub async fn reached(clock: &Clock, at_ms: u64) {
+    // A timer further out than this is re-armed when it fires (keeps `Instant` arithmetic
+    // far from overflow for tokens that never expire in practice).
+    const TIMER_MAX: Duration = Duration::from_secs(365 * 24 * 3600);
+    loop {
+        // Taken before reading the time, so an advance in between is not missed.
+        let advanced = clock.advanced();
+        let left = at_ms.saturating_sub(clock.now_ms());
+        if left == 0 {
+            return;
+        }
+        let timer = tokio::time::sleep(Duration::from_millis(left).min(TIMER_MAX));
+        tokio::select! {
+            _ = timer => {}
+            _ = advanced => {}
+        }
     }
 }
 

@@ -6,22 +6,23 @@
 use crate::api::auth::{bearer, principal_of};
 use crate::api::error::ApiError;
 use crate::api::live::conn::{encode, Conn};
+use crate::api::live::session::reached;
 use crate::api::live::{
     check_origin, reset, resumable, subscription, token_expired, HEARTBEAT, SLOW_CONSUMER,
 };
-use crate::auth::{now_ms, Principal};
+use crate::auth::Principal;
 use crate::state::AppState;
 use axum::extract::{Query as UrlQuery, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use herald_db::live::SubscribeRequest;
+use herald_db::Clock;
 use herald_protocol::{Decode, ErrorCode, QueryParts, ServerMessage, SubscribeParams};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 /// The stream's one subscription id.
 const SUB: &str = "sse";
@@ -81,10 +82,9 @@ pub async fn sse(
             return e.into_response();
         }
     }
-    let expires = principal.user().map(|u| {
-        tokio::time::Instant::now()
-            + Duration::from_millis(u.expires_at_ms.saturating_sub(now_ms()))
-    });
+    let expires = principal
+        .user()
+        .map(|u| (st.auth.clock().clone(), u.expires_at_ms));
     let (query, key) = match subscription(&collection, &parts) {
         Ok(x) => x,
         Err(e) => return e.into_response(),
@@ -201,50 +201,54 @@ fn event(msg: &ServerMessage<'_>) -> Event {
 /// client is too slow.
 fn async_stream(
     state: SseState,
-    expires: Option<tokio::time::Instant>,
+    expires: Option<(Clock, u64)>,
 ) -> impl futures_util::Stream<Item = EventResult> {
     // The ending messages carry no seq: their events have no `id:`.
     let end = |msg: ServerMessage<'static>| Event::default().data(msg.to_text());
-    futures_util::stream::unfold(Some(state), move |state| async move {
-        let (live, mut conn, guard, mut watch) = state?;
-        let far = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
-        let expiry = expires.unwrap_or(far);
-        if tokio::time::Instant::now() >= expiry {
-            return Some((Ok(end(token_expired(Some(SUB)))), None));
-        }
-        if conn.overflow.load(Ordering::Acquire) {
-            return Some((Ok(end(reset(SUB, SLOW_CONSUMER))), None));
-        }
-        tokio::select! {
-            biased;
-            _ = tokio::time::sleep_until(expiry) => {
-                Some((Ok(end(token_expired(Some(SUB)))), None))
+    futures_util::stream::unfold(Some(state), move |state| {
+        let expires = expires.clone();
+        async move {
+            let (live, mut conn, guard, mut watch) = state?;
+            if expires
+                .as_ref()
+                .is_some_and(|(clock, at)| clock.now_ms() >= *at)
+            {
+                return Some((Ok(end(token_expired(Some(SUB)))), None));
             }
-            msg = async { watch.as_mut().expect("guarded").ended().await }, if watch.is_some() => {
-                Some((Ok(end(msg)), None))
+            if conn.overflow.load(Ordering::Acquire) {
+                return Some((Ok(end(reset(SUB, SLOW_CONSUMER))), None));
             }
-            out = conn.rx.recv() => {
-                let out = out?;
-                let msg = encode(&out);
-                conn.note(&msg);
-                let ev = event(&msg);
-                Some((Ok(ev), Some((live, conn, guard, watch))))
-            }
-            _ = conn.wake.notified() => {
-                Some((Ok(end(reset(SUB, SLOW_CONSUMER))), None))
-            }
-            _ = tokio::time::sleep(HEARTBEAT) => {
-                let seq = live.seq();
-                match conn.rx.try_recv() {
-                    Ok(out) => {
-                        let msg = encode(&out);
-                        conn.note(&msg);
-                        let ev = event(&msg);
-                        Some((Ok(ev), Some((live, conn, guard, watch))))
-                    }
-                    Err(_) => {
-                        let hb = conn.heartbeat(seq);
-                        Some((Ok(event(&hb)), Some((live, conn, guard, watch))))
+            tokio::select! {
+                biased;
+                _ = async { let (clock, at) = expires.as_ref().expect("guarded"); reached(clock, *at).await }, if expires.is_some() => {
+                    Some((Ok(end(token_expired(Some(SUB)))), None))
+                }
+                msg = async { watch.as_mut().expect("guarded").ended().await }, if watch.is_some() => {
+                    Some((Ok(end(msg)), None))
+                }
+                out = conn.rx.recv() => {
+                    let out = out?;
+                    let msg = encode(&out);
+                    conn.note(&msg);
+                    let ev = event(&msg);
+                    Some((Ok(ev), Some((live, conn, guard, watch))))
+                }
+                _ = conn.wake.notified() => {
+                    Some((Ok(end(reset(SUB, SLOW_CONSUMER))), None))
+                }
+                _ = tokio::time::sleep(HEARTBEAT) => {
+                    let seq = live.seq();
+                    match conn.rx.try_recv() {
+                        Ok(out) => {
+                            let msg = encode(&out);
+                            conn.note(&msg);
+                            let ev = event(&msg);
+                            Some((Ok(ev), Some((live, conn, guard, watch))))
+                        }
+                        Err(_) => {
+                            let hb = conn.heartbeat(seq);
+                            Some((Ok(event(&hb)), Some((live, conn, guard, watch))))
+                        }
                     }
                 }
             }

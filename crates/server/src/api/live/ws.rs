@@ -6,7 +6,7 @@ use crate::api::auth::{bearer, principal_of};
 use crate::api::error::ApiError;
 use crate::api::live::conn::{encode, Conn};
 use crate::api::live::session::{
-    auth_failed, auth_message, RateLimit, Session, WS_AUTH_TIMEOUT, WS_IDLE_TIMEOUT,
+    auth_failed, auth_message, reached, RateLimit, Session, WS_AUTH_TIMEOUT, WS_IDLE_TIMEOUT,
     WS_MESSAGES_BURST, WS_MESSAGES_PER_SEC,
 };
 use crate::api::live::ws_writes::{request_error, WsWrites};
@@ -118,8 +118,8 @@ async fn run_ws(
     let mut idle = tokio::time::interval(HEARTBEAT);
     idle.reset();
     let far = Duration::from_secs(365 * 24 * 3600);
+    let clock = st.auth.clock().clone();
     loop {
-        let expiry = session.expires.unwrap_or(opened + far);
         let auth_deadline = if session.principal.is_none() {
             opened + WS_AUTH_TIMEOUT
         } else {
@@ -127,7 +127,7 @@ async fn run_ws(
         };
         tokio::select! {
             biased;
-            _ = tokio::time::sleep_until(expiry) => {
+            _ = reached(&clock, session.expires_at_ms.unwrap_or(u64::MAX)), if session.expires_at_ms.is_some() => {
                 st.live.disconnect(conn.id);
                 let _ = send_msg(&mut socket, &token_expired(None)).await;
                 close(&mut socket, Some(ErrorCode::TokenExpired), "token expired").await;
@@ -206,7 +206,7 @@ async fn run_ws(
             }
             out = conn.rx.recv() => {
                 let Some(out) = out else { break };
-                if session.expired() { continue }
+                if session.expired(&clock) { continue }
                 // This message and up to OUT_BATCH_MAX - 1 more already queued go out with one
                 // flush (one socket write) instead of one each: a `limit: 1` subscription to a
                 // collection under fast inserts gets a message per commit.
@@ -214,7 +214,7 @@ async fn run_ws(
                 let mut next = Some(out);
                 let mut sent = 0;
                 while let Some(out) = next.take() {
-                    if session.expired() { break }
+                    if session.expired(&clock) { break }
                     let msg = encode(&out);
                     conn.note(&msg);
                     // A subscription the engine ended with an error frees its id.
@@ -242,7 +242,7 @@ async fn run_ws(
                     close(&mut socket, None, "idle").await;
                     break;
                 }
-                if session.principal.is_none() || session.expired() { continue }
+                if session.principal.is_none() || session.expired(&clock) { continue }
                 let seq = st.live.seq();
                 let mut ok = true;
                 while let Ok(out) = conn.rx.try_recv() {

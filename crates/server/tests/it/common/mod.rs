@@ -4,7 +4,7 @@
 //! helpers, "nothing changed" snapshots, and helpers for driving the `herald` binary as a child
 //! process.
 
-#![allow(dead_code)] // each test binary uses a different subset
+#![allow(dead_code)] // the crash-test binary uses a subset
 
 use herald::{serve, ServeConfig};
 use herald_db::{DbOptions, Durability};
@@ -165,6 +165,16 @@ impl Server {
     /// Starts a server on `dir` with authentication options.
     pub async fn start_auth(dir: TempDir, auth: herald::auth::AuthOptions) -> Server {
         Server::start_config(dir, nosync(), Default::default(), auth).await
+    }
+
+    /// Starts a server on `dir` with these database and authentication options (a manual
+    /// clock in `db.clock` lets a test expire tokens without waiting).
+    pub async fn start_auth_with(
+        dir: TempDir,
+        db: DbOptions,
+        auth: herald::auth::AuthOptions,
+    ) -> Server {
+        Server::start_config(dir, db, Default::default(), auth).await
     }
 
     async fn start_config(

@@ -151,7 +151,8 @@ async fn a_denied_subscription_does_not_disturb_other_subscribers() {
 
 #[tokio::test]
 async fn an_expired_token_ends_the_connection_and_a_renewed_one_keeps_it() {
-    let s = secure().await;
+    let clock = herald_db::Clock::manual_at_now();
+    let s = secure_on(&clock).await;
     admin_put(&s, "notes/a", json!({"owner": "alice", "n": 1})).await;
     let short = token("alice", 2, json!({"plan": "pro"}));
     let mut expiring = ws_auth(&s, &short).await;
@@ -175,7 +176,8 @@ async fn an_expired_token_ends_the_connection_and_a_renewed_one_keeps_it() {
         (a["type"].as_str(), a["ok"].as_bool()),
         (Some("auth"), Some(true))
     );
-    tokio::time::sleep(Duration::from_millis(3100)).await;
+    // Past the short token's expiry on the server's clock (no real waiting).
+    clock.advance(Duration::from_millis(3100));
     admin_put(&s, "notes/a", json!({"owner": "alice", "n": 2})).await;
     let e = next(&mut expiring).await.unwrap();
     assert_eq!(e["code"], "token_expired", "{e}");
@@ -275,25 +277,28 @@ async fn changing_the_rules_closes_end_user_connections() {
     );
 }
 
-/// Many connections with tokens expiring at different seconds while writes stream in: every
-/// change a connection receives comes from a write started before its token expired, each ends
-/// with `token_expired` and a close, and those renewed in time keep receiving.
+/// Many connections with tokens expiring at different seconds while writes stream in, on a
+/// manual clock the test advances 100 ms after each write: every change a connection receives
+/// comes from a write made before its token expired, each ends with `token_expired` and a close
+/// and receives nothing after, and those renewed in time keep receiving. In lockstep (each write
+/// is awaited on every open connection before the clock moves), so it cannot depend on the
+/// machine's speed.
 #[tokio::test]
 async fn no_connection_receives_data_after_its_token_expires() {
-    use std::time::{Instant, SystemTime, UNIX_EPOCH};
-    let s = secure().await;
+    let clock = herald_db::Clock::manual_at_now();
+    let s = secure_on(&clock).await;
     admin_put(&s, "notes/w", json!({"public": true, "n": 0})).await;
-    let now_ms = || {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64
-    };
+    struct Conn {
+        ws: Ws,
+        /// The token's expiry on the server's clock (ms); `None` once renewed.
+        expires_ms: Option<u64>,
+        seqs: Vec<u64>,
+        expired: bool,
+    }
     let mut conns = Vec::new();
-    for i in 0..8 {
-        // At least 1.2 s left (whole seconds, as JWTs have it), so even on a loaded machine
-        // every connection is set up and sees writes before its token runs out.
-        let exp = (now_ms() + 1200 + 999) / 1000 + (i % 3);
+    for i in 0..8u64 {
+        // 1.2 s or more left, in whole seconds as JWTs have it: 2 to 5 s of clock time.
+        let exp = (clock.now_ms() + 1200).div_ceil(1000) + (i % 3);
         let claims = json!({"sub": format!("u{i}"), "exp": exp});
         let tok = sign(
             Algorithm::HS256,
@@ -309,91 +314,78 @@ async fn no_connection_receives_data_after_its_token_expires() {
         assert_eq!(next(&mut ws).await.unwrap()["type"], "initial");
         let renew = i % 4 == 3;
         if renew {
-            let tok = token(&format!("u{i}"), 60, json!({}));
+            let tok = token(&format!("u{i}"), 600, json!({}));
             send(&mut ws, json!({"op": "auth", "token": tok})).await;
             assert_eq!(next(&mut ws).await.unwrap()["type"], "auth");
         }
-        // The expiry as an Instant on this machine's clock (the server's too).
-        let left = Duration::from_millis((exp * 1000 - now_ms()).max(0) as u64);
-        conns.push((ws, Instant::now() + left, renew));
+        conns.push(Conn {
+            ws,
+            expires_ms: (!renew).then_some(exp * 1000),
+            seqs: Vec::new(),
+            expired: false,
+        });
     }
-    // Writes for 4.5 s, each remembered with the instant it was started.
-    let writer = {
-        let client = s.client.clone();
-        let url = s.url("/v1/docs/notes/w");
-        tokio::spawn(async move {
-            let mut started = std::collections::BTreeMap::new();
-            let t0 = Instant::now();
-            let mut n = 0;
-            while t0.elapsed() < Duration::from_millis(4500) {
-                n += 1;
-                let at = Instant::now();
-                let r: Value = client
-                    .put(&url)
-                    .bearer_auth(ADMIN_KEY)
-                    .json(&json!({"public": true, "n": n}))
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
-                started.insert(r["seq"].as_u64().unwrap(), at);
-                tokio::time::sleep(Duration::from_millis(20)).await;
+    // 45 writes, 100 ms of clock time apart: past every unrenewed token's expiry.
+    for n in 1..=45 {
+        let written_ms = clock.now_ms();
+        let seq = call(
+            &s,
+            ADMIN_KEY,
+            Method::PUT,
+            "/v1/docs/notes/w",
+            Some(json!({"public": true, "n": n})),
+        )
+        .await
+        .ok(200)["seq"]
+            .as_u64()
+            .unwrap();
+        for (i, c) in conns.iter_mut().enumerate() {
+            if c.expired {
+                continue;
             }
-            started
-        })
-    };
-    let mut readers = Vec::new();
-    for (mut ws, expiry, renew) in conns {
-        readers.push(tokio::spawn(async move {
-            let mut seqs = Vec::new();
-            let mut expired = false;
-            let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_secs(5) {
-                let m = match tokio::time::timeout(Duration::from_millis(500), next(&mut ws)).await
-                {
-                    Ok(Some(m)) => m,
-                    Ok(None) => break,
-                    Err(_) => continue,
+            let live = c.expires_ms.is_none_or(|at| written_ms < at);
+            loop {
+                let Some(m) = next(&mut c.ws).await else {
+                    panic!("connection {i} closed without token_expired");
                 };
                 match m["type"].as_str() {
                     Some("changes") => {
-                        assert!(!expired, "data after token_expired");
-                        seqs.push(m["seq"].as_u64().unwrap());
+                        assert!(live, "connection {i}: change {m} after its token expired");
+                        let got = m["seq"].as_u64().unwrap();
+                        c.seqs.push(got);
+                        if got >= seq {
+                            break;
+                        }
                     }
                     Some("error") => {
-                        assert_eq!(m["code"], "token_expired", "{m}");
-                        expired = true;
+                        assert_eq!(m["code"], "token_expired", "connection {i}: {m}");
+                        assert!(
+                            c.expires_ms.is_some(),
+                            "a renewed connection does not expire"
+                        );
+                        assert!(!live, "connection {i} expired early, at {written_ms}");
+                        assert!(next(&mut c.ws).await.is_none(), "then it closes");
+                        c.expired = true;
+                        break;
                     }
-                    _ => {}
+                    _ => panic!("connection {i}: unexpected {m}"),
                 }
             }
-            (seqs, expiry, renew, expired)
-        }));
-    }
-    let started = writer.await.unwrap();
-    for r in readers {
-        let (seqs, expiry, renew, expired) = r.await.unwrap();
-        assert!(
-            !seqs.is_empty(),
-            "every connection received changes before expiring"
-        );
-        if renew {
-            assert!(!expired, "a renewed connection does not expire");
-            assert!(
-                started[seqs.last().unwrap()] > expiry,
-                "and keeps receiving past the old expiry"
-            );
-            continue;
         }
-        assert!(expired, "told token_expired");
-        for s in &seqs {
-            assert!(
-                started[s] < expiry + Duration::from_millis(20),
-                "change {s} was written {:?} after the token expired",
-                started[s] - expiry
-            );
+        clock.advance(Duration::from_millis(100));
+    }
+    for (i, c) in conns.iter().enumerate() {
+        assert!(
+            !c.seqs.is_empty(),
+            "connection {i} received changes before expiring"
+        );
+        match c.expires_ms {
+            Some(_) => assert!(c.expired, "connection {i} was told token_expired"),
+            None => assert_eq!(
+                c.seqs.len(),
+                45,
+                "renewed connection {i} received every change"
+            ),
         }
     }
 }

@@ -2,15 +2,12 @@
 //! keys (`http.rs`), reads and writes through the rules (`rules.rs`), live queries with tokens,
 //! renewal and expiry (`live.rs`), and the attack list of docs/security.md (`attacks.rs`).
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod attacks;
 mod http;
 mod live;
 mod rules;
 
-use common::{Resp, Server};
+use crate::common::{self, Resp, Server};
 use futures_util::{SinkExt, StreamExt};
 use herald::auth::AuthOptions;
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
@@ -58,6 +55,15 @@ pub fn options() -> AuthOptions {
 /// A server with authentication and the notes rules.
 pub async fn secure() -> Server {
     Server::start_auth(tempfile::tempdir().unwrap(), options()).await
+}
+
+/// [`secure`] on a manual clock: tokens expire when the test advances it, not with real time.
+pub async fn secure_on(clock: &herald_db::Clock) -> Server {
+    let db = herald_db::DbOptions {
+        clock: clock.clone(),
+        ..crate::common::nosync()
+    };
+    Server::start_auth_with(tempfile::tempdir().unwrap(), db, options()).await
 }
 
 pub fn now_s() -> i64 {

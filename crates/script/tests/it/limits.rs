@@ -1,11 +1,9 @@
 //! Resource limits and failures: time, memory and stack limits end a run with the right error,
 //! script exceptions are reported, and the sandbox keeps working after every kind of failure.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{result_of, MockHost};
+use crate::common::{result_of, MockHost};
 use herald_script::{Limits, Sandbox, ScriptError};
 use serde_json::json;
 

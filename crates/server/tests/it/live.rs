@@ -2,10 +2,8 @@
 //! with positions, one batch per transaction, bad subscriptions isolated, heartbeats, resume with
 //! `resumeFrom` (also across a server restart), and the slow-consumer bound.
 
-mod common;
-
-use common::ws::{connect, next, send};
-use common::Server;
+use crate::common::ws::{connect, next, send};
+use crate::common::{self, Server};
 use futures_util::{SinkExt, StreamExt};
 use reqwest::Method;
 use serde_json::{json, Value};

@@ -1,11 +1,9 @@
 //! What a trigger can see and keep: source checking, a fresh global scope per run, no way out of
 //! the sandbox, and the cost of a run.
 
-mod common;
-
 use std::time::Instant;
 
-use common::{result_of, sandbox, MockHost};
+use crate::common::{result_of, sandbox, MockHost};
 use herald_script::{Limits, Sandbox, ScriptError};
 use serde_json::json;
 

@@ -4,14 +4,10 @@
 //!
 //! Every response goes through `common::Resp::new`, which fails the test if an error response
 //! is not JSON or carries a code that is not in `herald_protocol::ErrorCode` with that status.
-
 //!
-//! One test binary, one file per part: `happy.rs` (every endpoint's happy path), `bad_input.rs`
+//! One file per part: `happy.rs` (every endpoint's happy path), `bad_input.rs`
 //! (bad inputs and the error-code table), `binary.rs` (the `herald` binary itself), `console.rs`
 //! (the web console's routes, the collections list, the notification latency metric).
-
-#[path = "../common/mod.rs"]
-mod common;
 
 mod bad_input;
 mod binary;
@@ -19,7 +15,7 @@ mod console;
 mod happy;
 mod mutations;
 
-use common::{seen_codes, table_status, Herald, Resp, Server};
+use crate::common::{self, seen_codes, table_status, Herald, Resp, Server};
 use herald_db::{DbOptions, Durability};
 use reqwest::Method;
 use serde_json::{json, Value};

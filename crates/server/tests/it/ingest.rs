@@ -4,10 +4,8 @@
 //! on one connection). The short benchmark runs whose numbers must be sane are in
 //! `crates/bench/tests`.
 
-mod common;
-
-use common::ws::{connect, next, send};
-use common::Server;
+use crate::common::ws::{connect, next, send};
+use crate::common::Server;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use std::time::Duration;

@@ -1,9 +1,7 @@
 //! The `db` object: each method reaches the host with the right arguments, results come back as
 //! JavaScript values, bad arguments throw `TypeError`s, and host errors surface with their codes.
 
-mod common;
-
-use common::{result_of, run_with, sandbox, MockHost};
+use crate::common::{result_of, run_with, sandbox, MockHost};
 use herald_script::{HostError, ScriptError};
 use serde_json::json;
 

@@ -3,10 +3,8 @@
 //! task, dead letters (inspect, retry, purge), webhooks with a stable idempotency key, status
 //! and `/metrics`.
 
-mod common;
-
+use crate::common::{nosync, Server};
 use axum::http::{HeaderMap, StatusCode};
-use common::{nosync, Server};
 use herald::triggers::TriggerOptions;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -63,8 +61,8 @@ async fn dead(s: &Server, name: &str) -> Vec<Value> {
 }
 
 /// The Twitter example's triggers (examples/twitter), so the example stays true.
-const FANOUT: &str = include_str!("../../../examples/twitter/fanout.js");
-const UNFOLLOW: &str = include_str!("../../../examples/twitter/unfollow.js");
+const FANOUT: &str = include_str!("../../../../examples/twitter/fanout.js");
+const UNFOLLOW: &str = include_str!("../../../../examples/twitter/unfollow.js");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_function_trigger_fans_out_tweets() {

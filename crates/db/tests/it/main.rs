@@ -1,0 +1,12 @@
+//! The database's integration tests, one test binary (each binary links the whole crate graph,
+//! and linking is most of an incremental test build): the database on a real store (`db.rs`),
+//! the live-query engine against it (`live_engine.rs`), the live-query model test
+//! (`live_model.rs`) and trigger queues (`triggers.rs`).
+//!
+//! The modules' tests run in parallel threads of one process: nothing here may set environment
+//! variables or other process-wide state.
+
+mod db;
+mod live_engine;
+mod live_model;
+mod triggers;
