@@ -4,9 +4,10 @@
 //! the kind has a fixture file.
 
 use crate::{
-    ChangeEvent, ClientMessage, CommitBody, CommitReply, DeadSelection, Decode, ErrorBody,
-    ExemptionsBody, Explain, IndexBody, KeyBody, ProtocolError, QueryBody, QueryReply,
-    ServerMessage, SubscribeParams, TriggerBody, Write,
+    ChangeEvent, ClientMessage, CommitBody, CommitReply, DeadLetters, DeadSelection, Decode,
+    ErrorBody, ExemptionsBody, Explain, IndexBody, IndexInfo, IndexList, KeyBody, ProtocolError,
+    QueryBody, QueryReply, ServerMessage, SubscribeParams, TriggerBody, TriggerInfo, TriggerList,
+    TriggerStatus, Write,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -52,8 +53,14 @@ kinds! {
     HttpCommitReply = "http.commitReply",
     HttpBulkLine = "http.bulkLine",
     HttpIndex = "http.index",
+    HttpIndexInfo = "http.indexInfo",
+    HttpIndexList = "http.indexList",
     HttpExemptions = "http.exemptions",
     HttpTrigger = "http.trigger",
+    HttpTriggerInfo = "http.triggerInfo",
+    HttpTriggerStatus = "http.triggerStatus",
+    HttpTriggerList = "http.triggerList",
+    HttpDeadLetters = "http.deadLetters",
     HttpDeadSelection = "http.deadSelection",
     HttpKey = "http.key",
     HttpSubscribe = "http.subscribe",
@@ -141,8 +148,14 @@ pub fn round_trip(kind: Kind, v: Value) -> Result<Value, ProtocolError> {
         }
         Kind::HttpCommitReply => plain::<CommitReply>(v),
         Kind::HttpIndex => plain::<IndexBody>(v),
+        Kind::HttpIndexInfo => plain::<IndexInfo>(v),
+        Kind::HttpIndexList => plain::<IndexList>(v),
         Kind::HttpExemptions => plain::<ExemptionsBody>(v),
         Kind::HttpTrigger => plain::<TriggerBody>(v),
+        Kind::HttpTriggerInfo => plain::<TriggerInfo>(v),
+        Kind::HttpTriggerStatus => plain::<TriggerStatus>(v),
+        Kind::HttpTriggerList => plain::<TriggerList>(v),
+        Kind::HttpDeadLetters => plain::<DeadLetters>(v),
         Kind::HttpDeadSelection => plain::<DeadSelection>(v),
         Kind::HttpKey => plain::<KeyBody>(v),
         Kind::HttpSubscribe => plain::<SubscribeParams>(v),
