@@ -5,6 +5,7 @@
 
 use crate::admin::{IndexField, Webhook};
 use crate::decode::Decode;
+use crate::error::ErrorCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -186,4 +187,20 @@ pub struct DeadLetters {
 
 impl Decode for DeadLetters {
     const WHAT: &'static str = "a dead-letter listing";
+
+    /// The images are documents (objects) or `null`.
+    fn check(&self) -> Result<(), crate::ProtocolError> {
+        let image = |v: &Option<Value>| v.as_ref().is_none_or(Value::is_object);
+        match self
+            .dead_letters
+            .iter()
+            .find(|d| !image(&d.before) || !image(&d.after))
+        {
+            Some(d) => Err(crate::ProtocolError::new(
+                ErrorCode::BadRequest,
+                format!("dead letter {}: an image is a document or null", d.task),
+            )),
+            None => Ok(()),
+        }
+    }
 }
