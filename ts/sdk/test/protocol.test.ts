@@ -16,6 +16,8 @@ import {
   decodeErrorBody,
   decodeQueryResult,
   decodeServerMessage,
+  HTTP_REPLY_DECODERS,
+  HTTP_REQUEST_KINDS,
   ProtocolError,
   SERVER_MESSAGE_KINDS,
 } from "../src/protocol.js";
@@ -102,6 +104,14 @@ test("change events, writes, error bodies and the HTTP answers the SDK reads", (
   for (const m of fixture("server.changes.json").valid)
     for (const c of (m as { changes: { kind: string }[] }).changes) seen.add(c.kind);
   assert.deepEqual([...CHANGE_EVENT_KINDS].sort(), [...seen].sort());
+});
+
+test("HTTP bodies: every fixture is a request body the SDK sends or an answer it decodes", () => {
+  const files = family("http");
+  const replies = Object.keys(HTTP_REPLY_DECODERS);
+  sameKinds("http", files, [...replies, ...HTTP_REQUEST_KINDS]);
+  for (const kind of ["indexInfo", "indexList", "triggerInfo", "triggerStatus", "triggerList", "deadLetters"] as const)
+    check(`http.${kind}`, files.get(kind)!, HTTP_REPLY_DECODERS[kind]);
 });
 
 test("errorCodes.ts and limits.ts are generated from the fixtures' error table and limits", () => {
