@@ -481,9 +481,8 @@ mod tests {
         };
         let wait_for = |n: usize| {
             for _ in 0..500 {
-                if count() == n
-                    && db.list_indexes("c").unwrap().composite[0].state != IndexState::Building
-                {
+                let composite = db.list_indexes("c").unwrap().composite;
+                if count() == n && composite.iter().all(|c| c.state != IndexState::Building) {
                     return;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(2));
