@@ -9,6 +9,10 @@ use crate::{
     QueryBody, QueryReply, ServerMessage, SubscribeParams, TriggerBody, TriggerInfo, TriggerList,
     TriggerStatus, Write,
 };
+use crate::{
+    CollectionList, DeadPurged, DeadRetried, DocDeleted, DocUpdated, DocWritten, ExemptionsSet,
+    Health, IndexDropped, KeyCreated, KeyList, KeyRevoked, RulesSet, TriggerDeleted,
+};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -64,6 +68,20 @@ kinds! {
     HttpDeadSelection = "http.deadSelection",
     HttpKey = "http.key",
     HttpSubscribe = "http.subscribe",
+    HttpHealth = "http.health",
+    HttpCollectionList = "http.collectionList",
+    HttpDocWritten = "http.docWritten",
+    HttpDocUpdated = "http.docUpdated",
+    HttpDocDeleted = "http.docDeleted",
+    HttpKeyCreated = "http.keyCreated",
+    HttpKeyList = "http.keyList",
+    HttpKeyRevoked = "http.keyRevoked",
+    HttpRulesSet = "http.rulesSet",
+    HttpIndexDropped = "http.indexDropped",
+    HttpExemptionsSet = "http.exemptionsSet",
+    HttpTriggerDeleted = "http.triggerDeleted",
+    HttpDeadRetried = "http.deadRetried",
+    HttpDeadPurged = "http.deadPurged",
     Explain = "explain",
     Error = "error",
 }
@@ -159,6 +177,20 @@ pub fn round_trip(kind: Kind, v: Value) -> Result<Value, ProtocolError> {
         Kind::HttpDeadSelection => plain::<DeadSelection>(v),
         Kind::HttpKey => plain::<KeyBody>(v),
         Kind::HttpSubscribe => plain::<SubscribeParams>(v),
+        Kind::HttpHealth => plain::<Health>(v),
+        Kind::HttpCollectionList => plain::<CollectionList>(v),
+        Kind::HttpDocWritten => plain::<DocWritten>(v),
+        Kind::HttpDocUpdated => plain::<DocUpdated>(v),
+        Kind::HttpDocDeleted => plain::<DocDeleted>(v),
+        Kind::HttpKeyCreated => plain::<KeyCreated>(v),
+        Kind::HttpKeyList => plain::<KeyList>(v),
+        Kind::HttpKeyRevoked => plain::<KeyRevoked>(v),
+        Kind::HttpRulesSet => plain::<RulesSet>(v),
+        Kind::HttpIndexDropped => plain::<IndexDropped>(v),
+        Kind::HttpExemptionsSet => plain::<ExemptionsSet>(v),
+        Kind::HttpTriggerDeleted => plain::<TriggerDeleted>(v),
+        Kind::HttpDeadRetried => plain::<DeadRetried>(v),
+        Kind::HttpDeadPurged => plain::<DeadPurged>(v),
         Kind::Explain => plain::<Explain>(v),
         Kind::Error => plain::<ErrorBody>(v),
     }

@@ -12,6 +12,8 @@
 //! - [`admin`]: index, exemption and trigger definitions.
 //! - [`event`]: what a trigger function or webhook receives.
 //! - [`replies`]: the admin endpoints' answers (index listings, trigger status, dead letters).
+//! - [`service`]: the other endpoints' answers (health, collections, document metadata, keys,
+//!   rules, acknowledgements).
 //! - [`error`]: [`ErrorCode`] (HTTP status, WebSocket close code, retryable) and [`ErrorBody`].
 //! - [`decode`]: [`Decode`], which decodes any of them with the stable code a bad one gets.
 //!
@@ -30,6 +32,7 @@ pub mod limits;
 pub mod query;
 pub mod replies;
 pub mod server;
+pub mod service;
 pub mod write;
 
 pub use admin::{
@@ -46,5 +49,10 @@ pub use replies::{
 };
 pub use server::{
     ChangeEvent, EventKind, ServerMessage, WriteError, WrittenFailed, WrittenOk, WrittenResult,
+};
+pub use service::{
+    CollectionInfo, CollectionList, DeadPurged, DeadRetried, DocDeleted, DocUpdated, DocWritten,
+    ExemptionsSet, Health, HealthStatus, IndexDropped, KeyCreated, KeyInfo, KeyList, KeyRevoked,
+    RulesSet, TriggerDeleted,
 };
 pub use write::{CommitBody, CommitReply, CommitResult, Write, WriteItem, WriteOp};

@@ -12,9 +12,11 @@ use axum::http::StatusCode;
 use axum::Json;
 use herald_db::{CompositeIndex, DbError, IndexListing};
 use herald_protocol::ErrorCode;
-use herald_protocol::{ExemptionsBody, IndexBody, IndexField, IndexInfo, IndexList, IndexState};
+use herald_protocol::{
+    ExemptionsBody, ExemptionsSet, IndexBody, IndexDropped, IndexField, IndexInfo, IndexList,
+    IndexState,
+};
 use herald_query::Direction;
-use serde_json::{json, Value};
 use std::collections::HashMap;
 
 const BODY_MAX: usize = 64 << 10;
@@ -109,24 +111,24 @@ pub async fn drop(
     _: crate::api::auth::RequireAdmin,
     name: Result<Path<String>, PathRejection>,
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<IndexDropped>> {
     let Path(name) = name?;
     let collection = collection_param(&params)?;
     let db = st.db.clone();
     blocking(move || db.drop_index(&collection, &name)).await?;
-    Ok(Json(json!({"dropped": true})))
+    Ok(Json(IndexDropped { dropped: true }))
 }
 
 pub async fn exemptions(
     State(st): State<AppState>,
     _: crate::api::auth::RequireAdmin,
     body: Body,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ExemptionsSet>> {
     let ExemptionsBody {
         collection,
         exemptions: paths,
     } = read_typed(body, BODY_MAX).await?;
     let db = st.db.clone();
     blocking(move || db.set_exemptions(&collection, paths)).await?;
-    Ok(Json(json!({"ok": true})))
+    Ok(Json(ExemptionsSet { ok: true }))
 }

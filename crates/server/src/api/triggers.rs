@@ -13,7 +13,6 @@ use herald_db::DbError;
 use herald_protocol as protocol;
 use herald_protocol::ErrorCode;
 use herald_protocol::{DeadSelection, Decode, TriggerBody};
-use serde_json::{json, Value};
 use std::collections::HashMap;
 
 /// Largest trigger definition body (the source limit plus room for JSON escaping).
@@ -97,11 +96,11 @@ pub async fn delete(
     State(st): State<AppState>,
     _: crate::api::auth::RequireAdmin,
     Path(name): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<protocol::TriggerDeleted>> {
     let db = st.db.clone();
     let n = name.clone();
     blocking(move || Ok(db.delete_trigger(&n)?)).await?;
-    Ok(Json(json!({ "deleted": name })))
+    Ok(Json(protocol::TriggerDeleted { deleted: name }))
 }
 
 pub async fn dead(
@@ -206,8 +205,9 @@ pub async fn retry(
     _: crate::api::auth::RequireAdmin,
     name: Path<String>,
     body: Body,
-) -> ApiResult<Json<Value>> {
-    move_dead(st, name, body, true).await
+) -> ApiResult<Json<protocol::DeadRetried>> {
+    let retried = move_dead(st, name, body, true).await?;
+    Ok(Json(protocol::DeadRetried { retried }))
 }
 
 pub async fn purge(
@@ -215,17 +215,18 @@ pub async fn purge(
     _: crate::api::auth::RequireAdmin,
     name: Path<String>,
     body: Body,
-) -> ApiResult<Json<Value>> {
-    move_dead(st, name, body, false).await
+) -> ApiResult<Json<protocol::DeadPurged>> {
+    let purged = move_dead(st, name, body, false).await?;
+    Ok(Json(protocol::DeadPurged { purged }))
 }
 
-/// Moves the selected dead letters back into the queue (`requeue`) or deletes them.
+/// Moves the selected dead letters back into the queue (`requeue`) or deletes them; how many.
 async fn move_dead(
     State(st): State<AppState>,
     Path(name): Path<String>,
     body: Body,
     requeue: bool,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<u64> {
     let ids = selection(body).await?;
     let db = st.db.clone();
     let n = blocking(move || {
@@ -236,6 +237,5 @@ async fn move_dead(
         })
     })
     .await?;
-    let member = if requeue { "retried" } else { "purged" };
-    Ok(Json(json!({ member: n })))
+    Ok(n)
 }
