@@ -196,6 +196,53 @@ export interface DeadLetters {
   deadLetters: DeadLetter[];
 }
 
+// ---- the other endpoints' answers (crates/protocol/src/service.rs) ----
+
+/** `GET /v1/health`. */
+export interface Health {
+  status: "ok";
+  seq: number;
+}
+
+/** `GET /v1/collections`: a page in byte order; `more` when the page is full. */
+export interface CollectionList {
+  collections: { name: string }[];
+  more: boolean;
+}
+
+/** `PUT /v1/docs/{path}` and `POST /v1/docs/{collection}`. */
+export interface DocWritten {
+  id: string;
+  version: number;
+  seq: number;
+}
+
+/** `PATCH /v1/docs/{path}`. */
+export interface DocUpdated {
+  doc: Doc | null;
+  version: number;
+  seq: number;
+}
+
+/** `DELETE /v1/docs/{path}`. */
+export interface DocDeleted {
+  deleted: boolean;
+  seq: number;
+}
+
+/** An API key as listed (never its secret). */
+export interface KeyInfo {
+  id: string;
+  name: string;
+  role: string;
+  createdAt: number;
+}
+
+/** `POST /v1/keys`: the key with its secret, shown once. */
+export interface KeyCreated extends KeyInfo {
+  key: string;
+}
+
 export type ClientMessageKind = ClientMessage["op"];
 export type ServerMessageKind = ServerMessage["type"];
 export type ChangeKind = ChangeEvent["kind"];
@@ -538,32 +585,6 @@ export function decodeDeadLetters(v: unknown): DeadLetters {
   };
 }
 
-/** The HTTP answers the SDK decodes, by fixture kind (`testdata/protocol/http.<kind>.json`). */
-export const HTTP_REPLY_DECODERS = {
-  commitReply: decodeCommitResult,
-  queryReply: decodeQueryResult,
-  indexInfo: decodeIndexInfo,
-  indexList: decodeIndexList,
-  triggerInfo: decodeTriggerInfo,
-  triggerStatus: decodeTriggerStatus,
-  triggerList: decodeTriggerList,
-  deadLetters: decodeDeadLetters,
-} as const;
-
-/** The HTTP request bodies: the SDK sends them and the server decodes them (and no answer
- * has their shape). */
-export const HTTP_REQUEST_KINDS = [
-  "query",
-  "commit",
-  "bulkLine",
-  "index",
-  "exemptions",
-  "trigger",
-  "deadSelection",
-  "key",
-  "subscribe",
-] as const;
-
 function writeOp(x: unknown): WriteResult["op"] {
   if (x === null || x === "insert" || x === "update" || x === "delete") return x;
   throw new ProtocolError(`not a write result op: ${JSON.stringify(x)}`);
@@ -713,3 +734,92 @@ class Reader {
     return object(v, "value") as Doc;
   }
 }
+
+// ---- the other endpoints' answers (after Reader: these tables are built when the module loads) ----
+
+/** Reads an object with exactly `members`, each through its reader, in that order. */
+function exact<T>(what: string, members: { [K in keyof T]: (v: unknown) => T[K] }): (v: unknown) => T {
+  return (v) => {
+    const r = new Reader(object(v, what), what);
+    r.only(Object.keys(members));
+    const out = {} as T;
+    for (const k of Object.keys(members) as (keyof T & string)[]) out[k] = r.field(k, members[k]);
+    return out;
+  };
+}
+
+const list =
+  <T>(item: (v: unknown) => T) =>
+  (v: unknown): T[] => {
+    if (!Array.isArray(v)) throw new ProtocolError("not an array");
+    return v.map(item);
+  };
+
+export const decodeHealth = exact<Health>("health answer", {
+  status: (v) => {
+    if (v !== "ok") throw new ProtocolError(`not a health status: ${JSON.stringify(v)}`);
+    return v;
+  },
+  seq: Reader.uint,
+});
+export const decodeCollectionList = exact<CollectionList>("collection listing", {
+  collections: list(exact<{ name: string }>("collection", { name: Reader.str })),
+  more: Reader.bool,
+});
+export const decodeDocWritten = exact<DocWritten>("document write answer", { id: Reader.str, version: Reader.uint, seq: Reader.uint });
+export const decodeDocUpdated = exact<DocUpdated>("document update answer", {
+  doc: (v) => (v === null ? null : Reader.doc(v)),
+  version: Reader.uint,
+  seq: Reader.uint,
+});
+export const decodeDocDeleted = exact<DocDeleted>("document delete answer", { deleted: Reader.bool, seq: Reader.uint });
+const KEY_INFO = { id: Reader.str, name: Reader.str, role: Reader.str, createdAt: Reader.uint };
+export const decodeKeyCreated = exact<KeyCreated>("created key", { ...KEY_INFO, key: Reader.str });
+export const decodeKeyList = exact<{ keys: KeyInfo[] }>("key listing", { keys: list(exact<KeyInfo>("key", KEY_INFO)) });
+export const decodeKeyRevoked = exact<{ revoked: string }>("key revocation answer", { revoked: Reader.str });
+export const decodeRulesSet = exact<{ rules: number }>("rules answer", { rules: Reader.uint });
+export const decodeIndexDropped = exact<{ dropped: boolean }>("index drop answer", { dropped: Reader.bool });
+export const decodeExemptionsSet = exact<{ ok: boolean }>("exemptions answer", { ok: Reader.bool });
+export const decodeTriggerDeleted = exact<{ deleted: string }>("trigger deletion answer", { deleted: Reader.str });
+export const decodeDeadRetried = exact<{ retried: number }>("dead-letter retry answer", { retried: Reader.uint });
+export const decodeDeadPurged = exact<{ purged: number }>("dead-letter purge answer", { purged: Reader.uint });
+
+/** The HTTP answers the SDK decodes, by fixture kind (`testdata/protocol/http.<kind>.json`). */
+export const HTTP_REPLY_DECODERS = {
+  commitReply: decodeCommitResult,
+  queryReply: decodeQueryResult,
+  indexInfo: decodeIndexInfo,
+  indexList: decodeIndexList,
+  triggerInfo: decodeTriggerInfo,
+  triggerStatus: decodeTriggerStatus,
+  triggerList: decodeTriggerList,
+  deadLetters: decodeDeadLetters,
+  health: decodeHealth,
+  collectionList: decodeCollectionList,
+  docWritten: decodeDocWritten,
+  docUpdated: decodeDocUpdated,
+  docDeleted: decodeDocDeleted,
+  keyCreated: decodeKeyCreated,
+  keyList: decodeKeyList,
+  keyRevoked: decodeKeyRevoked,
+  rulesSet: decodeRulesSet,
+  indexDropped: decodeIndexDropped,
+  exemptionsSet: decodeExemptionsSet,
+  triggerDeleted: decodeTriggerDeleted,
+  deadRetried: decodeDeadRetried,
+  deadPurged: decodeDeadPurged,
+} as const;
+
+/** The HTTP request bodies: the SDK sends them and the server decodes them (and no answer
+ * has their shape). */
+export const HTTP_REQUEST_KINDS = [
+  "query",
+  "commit",
+  "bulkLine",
+  "index",
+  "exemptions",
+  "trigger",
+  "deadSelection",
+  "key",
+  "subscribe",
+] as const;

@@ -110,8 +110,9 @@ test("HTTP bodies: every fixture is a request body the SDK sends or an answer it
   const files = family("http");
   const replies = Object.keys(HTTP_REPLY_DECODERS);
   sameKinds("http", files, [...replies, ...HTTP_REQUEST_KINDS]);
-  for (const kind of ["indexInfo", "indexList", "triggerInfo", "triggerStatus", "triggerList", "deadLetters"] as const)
-    check(`http.${kind}`, files.get(kind)!, HTTP_REPLY_DECODERS[kind]);
+  // commitReply and queryReply drop a member; the test above checks them.
+  for (const [kind, decode] of Object.entries(HTTP_REPLY_DECODERS))
+    if (kind !== "commitReply" && kind !== "queryReply") check(`http.${kind}`, files.get(kind)!, decode);
 });
 
 test("errorCodes.ts and limits.ts are generated from the fixtures' error table and limits", () => {

@@ -4,7 +4,10 @@
 // (collections and metrics also accept a service key). The web console is built on them.
 import type { Doc } from "../query/value.js";
 import {
+  decodeCollectionList,
   decodeDeadLetters,
+  decodeDeadPurged,
+  decodeDeadRetried,
   decodeTriggerList,
   decodeTriggerStatus,
   type DeadLetter,
@@ -46,7 +49,7 @@ export class Admin {
     let after: string | undefined;
     for (;;) {
       const q = after === undefined ? "" : `?after=${encodeURIComponent(after)}`;
-      const r = await this.http.request<{ collections: CollectionInfo[]; more: boolean }>("GET", `/v1/collections${q}`);
+      const r = decodeCollectionList(await this.http.request<unknown>("GET", `/v1/collections${q}`));
       out.push(...r.collections);
       if (!r.more || r.collections.length === 0) return out;
       after = r.collections[r.collections.length - 1].name;
@@ -76,12 +79,12 @@ export class Admin {
 
   async retryDead(name: string, tasks?: string[]): Promise<number> {
     const path = `/v1/triggers/${encodeURIComponent(name)}/dead/retry`;
-    return (await this.http.request<{ retried: number }>("POST", path, tasks === undefined ? undefined : { tasks })).retried;
+    return decodeDeadRetried(await this.http.request<unknown>("POST", path, tasks === undefined ? undefined : { tasks })).retried;
   }
 
   async purgeDead(name: string, tasks?: string[]): Promise<number> {
     const path = `/v1/triggers/${encodeURIComponent(name)}/dead/purge`;
-    return (await this.http.request<{ purged: number }>("POST", path, tasks === undefined ? undefined : { tasks })).purged;
+    return decodeDeadPurged(await this.http.request<unknown>("POST", path, tasks === undefined ? undefined : { tasks })).purged;
   }
 
   async metrics(): Promise<MetricSample[]> {
