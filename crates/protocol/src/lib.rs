@@ -10,6 +10,10 @@
 //! - [`write`]: one write, the commit body and reply (a bulk line is one [`Write`]).
 //! - [`query`]: the query body, the SSE parameters, `explain`.
 //! - [`admin`]: index, exemption and trigger definitions.
+//! - [`event`]: what a trigger function or webhook receives.
+//! - [`replies`]: the admin endpoints' answers (index listings, trigger status, dead letters).
+//! - [`service`]: the other endpoints' answers (health, collections, document metadata, keys,
+//!   rules, acknowledgements).
 //! - [`error`]: [`ErrorCode`] (HTTP status, WebSocket close code, retryable) and [`ErrorBody`].
 //! - [`decode`]: [`Decode`], which decodes any of them with the stable code a bad one gets.
 //!
@@ -22,10 +26,13 @@ pub mod admin;
 pub mod client;
 pub mod decode;
 pub mod error;
+pub mod event;
 pub mod kinds;
 pub mod limits;
 pub mod query;
+pub mod replies;
 pub mod server;
+pub mod service;
 pub mod write;
 
 pub use admin::{
@@ -34,8 +41,18 @@ pub use admin::{
 pub use client::{ClientMessage, Subscribe, WriteRequest};
 pub use decode::{Decode, ProtocolError};
 pub use error::{error_code_rows, ErrorBody, ErrorCode, ErrorCodeRow, ErrorDetail, UnknownCode};
+pub use event::{TriggerEvent, WebhookCall};
 pub use query::{Explain, PlanDescription, QueryBody, QueryParts, QueryReply, SubscribeParams};
+pub use replies::{
+    DeadLetter, DeadLetters, IndexInfo, IndexList, IndexState, TriggerError, TriggerInfo,
+    TriggerList, TriggerQueue, TriggerStatus,
+};
 pub use server::{
     ChangeEvent, EventKind, ServerMessage, WriteError, WrittenFailed, WrittenOk, WrittenResult,
+};
+pub use service::{
+    CollectionInfo, CollectionList, DeadPurged, DeadRetried, DocDeleted, DocUpdated, DocWritten,
+    ExemptionsSet, Health, HealthStatus, IndexDropped, KeyCreated, KeyInfo, KeyList, KeyRevoked,
+    RulesSet, TriggerDeleted,
 };
 pub use write::{CommitBody, CommitReply, CommitResult, Write, WriteItem, WriteOp};

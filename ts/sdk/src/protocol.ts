@@ -112,6 +112,137 @@ export type ServerMessage =
   | ErrorMessage
   | WrittenMessage;
 
+// ---- the admin endpoints' answers (crates/protocol/src/replies.rs) ----
+
+/** A composite index: `POST /v1/indexes`' answer and each of a listing's `composite`. */
+export interface IndexInfo {
+  name: string;
+  fields: { path: string; order: 1 | -1 }[];
+  state: "building" | "ready";
+}
+
+/** `GET /v1/indexes?collection=`. */
+export interface IndexList {
+  collection: string;
+  composite: IndexInfo[];
+  /** Paths without automatic indexes. */
+  exemptions: string[];
+  /** Paths whose automatic index is being rebuilt after an exemption was lifted. */
+  building: string[];
+}
+
+/** A trigger's webhook as the server shows it. */
+export interface WebhookInfo {
+  url: string;
+  headers?: Record<string, string>;
+}
+
+/** A stored trigger definition (`PUT /v1/triggers/{name}`'s answer): defaults filled in,
+ * one of `function` and `webhook`. */
+export interface TriggerInfo {
+  name: string;
+  collection: string;
+  on: string[];
+  maxAttempts: number;
+  filter?: Doc;
+  function?: string;
+  webhook?: WebhookInfo;
+}
+
+/** One of a trigger's recent task errors. */
+export interface TriggerError {
+  atMs: number;
+  /** The task's id, `"seq.n"`. */
+  task: string;
+  message: string;
+}
+
+/** A trigger's definition and its queue (`GET /v1/triggers/{name}`, docs/triggers.md). */
+export interface TriggerStatus extends TriggerInfo {
+  pending: number;
+  /** Age of the oldest queued task; null when the queue is empty. */
+  oldestPendingAgeMs: number | null;
+  dead: number;
+  executed: number;
+  failed: number;
+  conflicts: number;
+  recentErrors: TriggerError[];
+}
+
+/** `GET /v1/triggers`: every trigger, by name. */
+export interface TriggerList {
+  triggers: TriggerStatus[];
+}
+
+/** A task that used up its attempts. */
+export interface DeadLetter {
+  /** The task id, `"seq.n"`: what `retryDead` and `purgeDead` select. */
+  task: string;
+  seq: number;
+  collection: string;
+  id: string;
+  op: string;
+  before: Doc | null;
+  after: Doc | null;
+  /** 1 for a task fired by a client's write, one more for each trigger in between. */
+  depth: number;
+  attempts: number;
+  createdMs: number;
+  lastError: string | null;
+}
+
+/** `GET /v1/triggers/{name}/dead`. */
+export interface DeadLetters {
+  deadLetters: DeadLetter[];
+}
+
+// ---- the other endpoints' answers (crates/protocol/src/service.rs) ----
+
+/** `GET /v1/health`. */
+export interface Health {
+  status: "ok";
+  seq: number;
+}
+
+/** `GET /v1/collections`: a page in byte order; `more` when the page is full. */
+export interface CollectionList {
+  collections: { name: string }[];
+  more: boolean;
+}
+
+/** `PUT /v1/docs/{path}` and `POST /v1/docs/{collection}`. */
+export interface DocWritten {
+  id: string;
+  version: number;
+  seq: number;
+}
+
+/** `PATCH /v1/docs/{path}`. */
+export interface DocUpdated {
+  doc: Doc | null;
+  version: number;
+  seq: number;
+}
+
+/** `DELETE /v1/docs/{path}`. */
+export interface DocDeleted {
+  deleted: boolean;
+  seq: number;
+}
+
+/** An API key as listed (never its secret). */
+export interface KeyInfo {
+  id: string;
+  name: string;
+  role: string;
+  createdAt: number;
+}
+
+/** `POST /v1/keys`: the key with its secret, shown once. */
+export interface KeyCreated extends KeyInfo {
+  key: string;
+}
+
 export type ClientMessageKind = ClientMessage["op"];
 export type ServerMessageKind = ServerMessage["type"];
 export type ChangeKind = ChangeEvent["kind"];
@@ -329,6 +460,131 @@ export function decodeQueryResult(v: unknown): QueryResult {
   return { docs: r.list("docs", Reader.doc), seq: r.uint("seq") };
 }
 
+// ---- the admin endpoints' answers ----
+
+/** Decodes a composite index (`POST /v1/indexes`' answer). */
+export function decodeIndexInfo(v: unknown): IndexInfo {
+  const r = new Reader(object(v, "index"), "index");
+  r.only(["name", "fields", "state"]);
+  const fields = r.list("fields", (x) => {
+    const f = new Reader(object(x, "index field"), "index field");
+    f.only(["path", "order"]);
+    const order = f.field("order", (o): 1 | -1 => {
+      if (o !== 1 && o !== -1) throw new ProtocolError(`order is 1 or -1, not ${JSON.stringify(o)}`);
+      return o;
+    });
+    return { path: f.str("path"), order };
+  });
+  const state = r.field("state", (x) => {
+    if (x !== "building" && x !== "ready") throw new ProtocolError(`not an index state: ${JSON.stringify(x)}`);
+    return x;
+  });
+  return { name: r.str("name"), fields, state };
+}
+
+/** Decodes `GET /v1/indexes?collection=`'s answer. */
+export function decodeIndexList(v: unknown): IndexList {
+  const r = new Reader(object(v, "index listing"), "index listing");
+  r.only(["collection", "composite", "exemptions", "building"]);
+  return {
+    collection: r.str("collection"),
+    composite: r.list("composite", decodeIndexInfo),
+    exemptions: r.list("exemptions", Reader.str),
+    building: r.list("building", Reader.str),
+  };
+}
+
+const TRIGGER_INFO_MEMBERS = ["name", "collection", "on", "maxAttempts", "filter", "function", "webhook"] as const;
+const TRIGGER_QUEUE_MEMBERS = ["pending", "oldestPendingAgeMs", "dead", "executed", "failed", "conflicts", "recentErrors"] as const;
+
+/** The definition's members, in the server's order (the caller has refused unknown ones). */
+function triggerInfo(r: Reader): TriggerInfo {
+  const t: TriggerInfo = {
+    name: r.str("name"),
+    collection: r.str("collection"),
+    on: r.list("on", Reader.str),
+    maxAttempts: r.uint("maxAttempts"),
+  };
+  const filter = r.optional("filter", Reader.doc);
+  const fn = r.optional("function", Reader.str);
+  const webhook = r.optional("webhook", (x) => {
+    const w = new Reader(object(x, "webhook"), "webhook");
+    w.only(["url", "headers"]);
+    const info: WebhookInfo = { url: w.str("url") };
+    const headers = w.optional("headers", (h) => {
+      const out: Record<string, string> = {};
+      for (const [k, val] of Object.entries(object(h, "headers"))) out[k] = Reader.str(val);
+      return out;
+    });
+    if (headers !== undefined) info.headers = headers;
+    return info;
+  });
+  if (filter !== undefined) t.filter = filter;
+  if (fn !== undefined) t.function = fn;
+  if (webhook !== undefined) t.webhook = webhook;
+  return t;
+}
+
+/** Decodes a stored trigger definition (`PUT /v1/triggers/{name}`'s answer). */
+export function decodeTriggerInfo(v: unknown): TriggerInfo {
+  const r = new Reader(object(v, "trigger"), "trigger");
+  r.only(TRIGGER_INFO_MEMBERS);
+  return triggerInfo(r);
+}
+
+/** Decodes a trigger's status (`GET /v1/triggers/{name}`). */
+export function decodeTriggerStatus(v: unknown): TriggerStatus {
+  const r = new Reader(object(v, "trigger status"), "trigger status");
+  r.only([...TRIGGER_INFO_MEMBERS, ...TRIGGER_QUEUE_MEMBERS]);
+  return {
+    ...triggerInfo(r),
+    pending: r.uint("pending"),
+    oldestPendingAgeMs: r.field("oldestPendingAgeMs", (x) => (x === null ? null : Reader.uint(x))),
+    dead: r.uint("dead"),
+    executed: r.uint("executed"),
+    failed: r.uint("failed"),
+    conflicts: r.uint("conflicts"),
+    recentErrors: r.list("recentErrors", (x) => {
+      const e = new Reader(object(x, "recent error"), "recent error");
+      e.only(["atMs", "task", "message"]);
+      return { atMs: e.uint("atMs"), task: e.str("task"), message: e.str("message") };
+    }),
+  };
+}
+
+/** Decodes `GET /v1/triggers`' answer. */
+export function decodeTriggerList(v: unknown): TriggerList {
+  const r = new Reader(object(v, "trigger listing"), "trigger listing");
+  r.only(["triggers"]);
+  return { triggers: r.list("triggers", decodeTriggerStatus) };
+}
+
+/** Decodes `GET /v1/triggers/{name}/dead`'s answer. */
+export function decodeDeadLetters(v: unknown): DeadLetters {
+  const r = new Reader(object(v, "dead-letter listing"), "dead-letter listing");
+  r.only(["deadLetters"]);
+  return {
+    deadLetters: r.list("deadLetters", (x) => {
+      const d = new Reader(object(x, "dead letter"), "dead letter");
+      d.only(["task", "seq", "collection", "id", "op", "before", "after", "depth", "attempts", "createdMs", "lastError"]);
+      const image = (y: unknown): Doc | null => (y === null ? null : Reader.doc(y));
+      return {
+        task: d.str("task"),
+        seq: d.uint("seq"),
+        collection: d.str("collection"),
+        id: d.str("id"),
+        op: d.str("op"),
+        before: d.field("before", image),
+        after: d.field("after", image),
+        depth: d.uint("depth"),
+        attempts: d.uint("attempts"),
+        createdMs: d.uint("createdMs"),
+        lastError: d.field("lastError", (y) => (y === null ? null : Reader.str(y))),
+      };
+    }),
+  };
+}
+
 function writeOp(x: unknown): WriteResult["op"] {
   if (x === null || x === "insert" || x === "update" || x === "delete") return x;
   throw new ProtocolError(`not a write result op: ${JSON.stringify(x)}`);
@@ -478,3 +734,92 @@ class Reader {
     return object(v, "value") as Doc;
   }
 }
+
+// ---- the other endpoints' answers (after Reader: these tables are built when the module loads) ----
+
+/** Reads an object with exactly `members`, each through its reader, in that order. */
+function exact<T>(what: string, members: { [K in keyof T]: (v: unknown) => T[K] }): (v: unknown) => T {
+  return (v) => {
+    const r = new Reader(object(v, what), what);
+    r.only(Object.keys(members));
+    const out = {} as T;
+    for (const k of Object.keys(members) as (keyof T & string)[]) out[k] = r.field(k, members[k]);
+    return out;
+  };
+}
+
+const list =
+  <T>(item: (v: unknown) => T) =>
+  (v: unknown): T[] => {
+    if (!Array.isArray(v)) throw new ProtocolError("not an array");
+    return v.map(item);
+  };
+
+export const decodeHealth = exact<Health>("health answer", {
+  status: (v) => {
+    if (v !== "ok") throw new ProtocolError(`not a health status: ${JSON.stringify(v)}`);
+    return v;
+  },
+  seq: Reader.uint,
+});
+export const decodeCollectionList = exact<CollectionList>("collection listing", {
+  collections: list(exact<{ name: string }>("collection", { name: Reader.str })),
+  more: Reader.bool,
+});
+export const decodeDocWritten = exact<DocWritten>("document write answer", { id: Reader.str, version: Reader.uint, seq: Reader.uint });
+export const decodeDocUpdated = exact<DocUpdated>("document update answer", {
+  doc: (v) => (v === null ? null : Reader.doc(v)),
+  version: Reader.uint,
+  seq: Reader.uint,
+});
+export const decodeDocDeleted = exact<DocDeleted>("document delete answer", { deleted: Reader.bool, seq: Reader.uint });
+const KEY_INFO = { id: Reader.str, name: Reader.str, role: Reader.str, createdAt: Reader.uint };
+export const decodeKeyCreated = exact<KeyCreated>("created key", { ...KEY_INFO, key: Reader.str });
+export const decodeKeyList = exact<{ keys: KeyInfo[] }>("key listing", { keys: list(exact<KeyInfo>("key", KEY_INFO)) });
+export const decodeKeyRevoked = exact<{ revoked: string }>("key revocation answer", { revoked: Reader.str });
+export const decodeRulesSet = exact<{ rules: number }>("rules answer", { rules: Reader.uint });
+export const decodeIndexDropped = exact<{ dropped: boolean }>("index drop answer", { dropped: Reader.bool });
+export const decodeExemptionsSet = exact<{ ok: boolean }>("exemptions answer", { ok: Reader.bool });
+export const decodeTriggerDeleted = exact<{ deleted: string }>("trigger deletion answer", { deleted: Reader.str });
+export const decodeDeadRetried = exact<{ retried: number }>("dead-letter retry answer", { retried: Reader.uint });
+export const decodeDeadPurged = exact<{ purged: number }>("dead-letter purge answer", { purged: Reader.uint });
+
+/** The HTTP answers the SDK decodes, by fixture kind (`testdata/protocol/http.<kind>.json`). */
+export const HTTP_REPLY_DECODERS = {
+  commitReply: decodeCommitResult,
+  queryReply: decodeQueryResult,
+  indexInfo: decodeIndexInfo,
+  indexList: decodeIndexList,
+  triggerInfo: decodeTriggerInfo,
+  triggerStatus: decodeTriggerStatus,
+  triggerList: decodeTriggerList,
+  deadLetters: decodeDeadLetters,
+  health: decodeHealth,
+  collectionList: decodeCollectionList,
+  docWritten: decodeDocWritten,
+  docUpdated: decodeDocUpdated,
+  docDeleted: decodeDocDeleted,
+  keyCreated: decodeKeyCreated,
+  keyList: decodeKeyList,
+  keyRevoked: decodeKeyRevoked,
+  rulesSet: decodeRulesSet,
+  indexDropped: decodeIndexDropped,
+  exemptionsSet: decodeExemptionsSet,
+  triggerDeleted: decodeTriggerDeleted,
+  deadRetried: decodeDeadRetried,
+  deadPurged: decodeDeadPurged,
+} as const;
+
+/** The HTTP request bodies: the SDK sends them and the server decodes them (and no answer
+ * has their shape). */
+export const HTTP_REQUEST_KINDS = [
+  "query",
+  "commit",
+  "bulkLine",
+  "index",
+  "exemptions",
+  "trigger",
+  "deadSelection",
+  "key",
+  "subscribe",
+] as const;

@@ -16,6 +16,8 @@ import {
   decodeErrorBody,
   decodeQueryResult,
   decodeServerMessage,
+  HTTP_REPLY_DECODERS,
+  HTTP_REQUEST_KINDS,
   ProtocolError,
   SERVER_MESSAGE_KINDS,
 } from "../src/protocol.js";
@@ -102,6 +104,15 @@ test("change events, writes, error bodies and the HTTP answers the SDK reads", (
   for (const m of fixture("server.changes.json").valid)
     for (const c of (m as { changes: { kind: string }[] }).changes) seen.add(c.kind);
   assert.deepEqual([...CHANGE_EVENT_KINDS].sort(), [...seen].sort());
+});
+
+test("HTTP bodies: every fixture is a request body the SDK sends or an answer it decodes", () => {
+  const files = family("http");
+  const replies = Object.keys(HTTP_REPLY_DECODERS);
+  sameKinds("http", files, [...replies, ...HTTP_REQUEST_KINDS]);
+  // commitReply and queryReply drop a member; the test above checks them.
+  for (const [kind, decode] of Object.entries(HTTP_REPLY_DECODERS))
+    if (kind !== "commitReply" && kind !== "queryReply") check(`http.${kind}`, files.get(kind)!, decode);
 });
 
 test("errorCodes.ts and limits.ts are generated from the fixtures' error table and limits", () => {

@@ -12,19 +12,19 @@ use crate::layout::{
 use crate::names::{check_collection, check_segment};
 use herald_query::Direction;
 use herald_storage::{Table, WriteTxn};
-use herald_value::{FieldPath, Value};
-use serde_json::json;
+use herald_value::FieldPath;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 impl Db {
     /// Declares a composite index; it is filled in the background and used once ready.
+    /// Returns the index as declared (building).
     pub fn create_index(
         &self,
         collection: &str,
         name: &str,
         fields: Vec<(String, Direction)>,
-    ) -> Result<Value, DbError> {
+    ) -> Result<CompositeIndex, DbError> {
         check_collection(collection)?;
         check_segment(name, "index name")?;
         if fields.len() < 2 || fields.len() > 8 {
@@ -63,7 +63,7 @@ impl Db {
             Ok(())
         })?;
         self.spawn_build(collection.to_string(), composite_index_name(name));
-        Ok(index_json(&index))
+        Ok(index)
     }
 
     pub fn drop_index(&self, collection: &str, name: &str) -> Result<(), DbError> {
@@ -119,16 +119,17 @@ impl Db {
         Ok(())
     }
 
-    pub fn list_indexes(&self, collection: &str) -> Result<Value, DbError> {
+    /// The composite indexes, exemptions and rebuilding automatic indexes of a collection.
+    pub fn list_indexes(&self, collection: &str) -> Result<IndexListing, DbError> {
         check_collection(collection)?;
         let cat = self.inner.catalog.read().expect("catalog lock");
         let cc = cat.collection(collection).cloned().unwrap_or_default();
-        Ok(json!({
-            "collection": collection,
-            "composite": cc.composites.iter().map(index_json).collect::<Vec<_>>(),
-            "exemptions": cc.exemptions,
-            "building": cc.building_fields,
-        }))
+        Ok(IndexListing {
+            collection: collection.to_string(),
+            composite: cc.composites,
+            exemptions: cc.exemptions.into_iter().collect(),
+            building: cc.building_fields.into_iter().collect(),
+        })
     }
 
     /// Runs a catalog change as a storage job. The change is applied to the in-memory catalog
@@ -338,12 +339,14 @@ impl Db {
     }
 }
 
-fn index_json(ci: &CompositeIndex) -> Value {
-    json!({
-        "name": ci.name,
-        "fields": ci.fields.iter().map(|f| json!({"path": f.path, "order": if f.direction == Direction::Asc { 1 } else { -1 }})).collect::<Vec<_>>(),
-        "state": ci.state,
-    })
+/// A collection's indexes as [`Db::list_indexes`] reports them; sets in their sorted order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexListing {
+    pub collection: String,
+    pub composite: Vec<CompositeIndex>,
+    pub exemptions: Vec<String>,
+    /// Field paths whose automatic index is being rebuilt after an exemption was lifted.
+    pub building: Vec<String>,
 }
 
 #[cfg(test)]
@@ -353,6 +356,7 @@ mod tests {
     use crate::txn::Write;
     use crate::DbOptions;
     use herald_query::Query;
+    use serde_json::{json, Value};
 
     /// A store from before strings were cut (commits, but no catalog) keeps whole strings in
     /// its index entries after an upgrade: its existing entries are found, new ones match them.
@@ -477,9 +481,8 @@ mod tests {
         };
         let wait_for = |n: usize| {
             for _ in 0..500 {
-                if count() == n
-                    && db.list_indexes("c").unwrap()["composite"][0]["state"] != "building"
-                {
+                let composite = db.list_indexes("c").unwrap().composite;
+                if count() == n && composite.iter().all(|c| c.state != IndexState::Building) {
                     return;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(2));

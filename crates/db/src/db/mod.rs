@@ -11,6 +11,7 @@ mod system;
 mod triggers;
 
 pub use collections::COLLECTIONS_LIST_MAX;
+pub use indexes::IndexListing;
 
 use crate::catalog::{Catalog, IndexState};
 use crate::clock::Clock;

@@ -7,14 +7,13 @@ use crate::error::DbError;
 use crate::known::KnownDocs;
 use crate::layout::{doc_key, prefix_end};
 use crate::triggers::{
-    bad_label, dead_prefix, meta_key, queue_prefix, task_json, ReadCheck, Registry, Task, TaskDone,
-    TaskFailed, TaskId, TriggerDef, DEAD_CHUNK_MAX, DEAD_LIST_MAX, META_TRIGGER_UID,
-    TASK_WRITES_HEAVY, TASK_WRITES_MAX, TRIGGERS_MAX,
+    bad_label, dead_prefix, meta_key, queue_prefix, DeadLetter, ReadCheck, Registry, Task,
+    TaskDone, TaskFailed, TaskId, TriggerDef, TriggerStatus, DEAD_CHUNK_MAX, DEAD_LIST_MAX,
+    META_TRIGGER_UID, TASK_WRITES_HEAVY, TASK_WRITES_MAX, TRIGGERS_MAX,
 };
 use crate::txn::Write;
 use crate::write::{apply, prepare, ApplyCtx, Encoded};
 use herald_storage::{Table, Ticket, WriteTxn};
-use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -305,7 +304,7 @@ impl Db {
         name: &str,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<Value>, DbError> {
+    ) -> Result<Vec<DeadLetter>, DbError> {
         let def = self.trigger(name)?;
         let prefix = dead_prefix(def.uid);
         let start = match after {
@@ -326,7 +325,10 @@ impl Db {
             .take(limit.min(DEAD_LIST_MAX))
         {
             let (k, v) = entry?;
-            out.push(task_json(TaskId::from_key(&k)?, &Task::decode(&v)?));
+            out.push(DeadLetter {
+                id: TaskId::from_key(&k)?,
+                task: Task::decode(&v)?,
+            });
         }
         Ok(out)
     }
@@ -416,12 +418,13 @@ impl Db {
         }
     }
 
-    /// A trigger's definition with its queue and counters, as `GET /v1/triggers/{name}` shows.
-    pub fn trigger_status(&self, name: &str) -> Result<Value, DbError> {
+    /// A trigger's definition with its queue and counters (`GET /v1/triggers/{name}`).
+    pub fn trigger_status(&self, name: &str) -> Result<TriggerStatus, DbError> {
         let def = self.trigger(name)?;
         let stats = self.inner.triggers.stats(def.uid);
         let read = self.inner.store.read()?;
-        let oldest = match read.prefix(Table::Tasks, &queue_prefix(def.uid))?.next() {
+        let oldest_pending_age_ms = match read.prefix(Table::Tasks, &queue_prefix(def.uid))?.next()
+        {
             Some(entry) => {
                 let (_, v) = entry?;
                 let task = Task::decode(&v)?;
@@ -429,19 +432,18 @@ impl Db {
             }
             None => None,
         };
-        let mut out = def.to_json();
-        out["pending"] = json!(stats.pending.load(Ordering::Acquire).max(0));
-        out["oldestPendingAgeMs"] = json!(oldest);
-        out["dead"] = json!(stats.dead.load(Ordering::Acquire).max(0));
-        out["executed"] = json!(stats.executed.load(Ordering::Relaxed));
-        out["failed"] = json!(stats.failed.load(Ordering::Relaxed));
-        out["conflicts"] = json!(stats.conflicts.load(Ordering::Relaxed));
-        out["recentErrors"] = stats
-            .recent_errors()
-            .into_iter()
-            .map(|e| json!({"atMs": e.at_ms, "task": e.task, "message": e.message}))
-            .collect();
-        Ok(out)
+        // The counters are kept by commit hooks and may dip below zero for a moment.
+        let count = |n: i64| n.max(0) as u64;
+        Ok(TriggerStatus {
+            pending: count(stats.pending.load(Ordering::Acquire)),
+            oldest_pending_age_ms,
+            dead: count(stats.dead.load(Ordering::Acquire)),
+            executed: stats.executed.load(Ordering::Relaxed),
+            failed: stats.failed.load(Ordering::Relaxed),
+            conflicts: stats.conflicts.load(Ordering::Relaxed),
+            recent_errors: stats.recent_errors(),
+            def,
+        })
     }
 }
 

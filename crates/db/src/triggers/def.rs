@@ -9,7 +9,7 @@ use crate::names::{check_segment, COLLECTION_PATH_BYTES_MAX, COLLECTION_SEGMENTS
 use crate::txn::ChangeOp;
 use herald_query::Filter;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 /// Longest JavaScript source of a function trigger, in bytes.
 pub const FUNCTION_SOURCE_BYTES_MAX: usize = 256 * 1024;
@@ -167,26 +167,6 @@ impl TriggerDef {
             (Some(_), None) => false,
         }
     }
-
-    /// The definition as the API shows it.
-    pub fn to_json(&self) -> Value {
-        let mut out = json!({
-            "name": self.name,
-            "collection": self.collection,
-            "on": self.on,
-            "maxAttempts": self.max_attempts,
-        });
-        if let Some(f) = &self.filter {
-            out["filter"] = f.clone();
-        }
-        match &self.action {
-            Action::Function(src) => out["function"] = Value::String(src.clone()),
-            Action::Webhook { url, headers } => {
-                out["webhook"] = json!({"url": url, "headers": headers})
-            }
-        }
-        out
-    }
 }
 
 fn parse_webhook(w: &Value) -> Result<Action, DbError> {
@@ -266,6 +246,7 @@ pub fn pattern_matches(pattern: &str, collection: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn patterns_match_segment_by_segment() {

@@ -31,9 +31,9 @@ pub use def::{
 };
 pub(crate) use ops::{bad_label, load, meta_key, META_TRIGGER_UID};
 pub use ops::{
-    task_json, ReadCheck, TaskDone, TaskFailed, DEAD_CHUNK_MAX, DEAD_LIST_MAX, TASK_WRITES_HEAVY,
+    ReadCheck, TaskDone, TaskFailed, DEAD_CHUNK_MAX, DEAD_LIST_MAX, TASK_WRITES_HEAVY,
     TASK_WRITES_MAX,
 };
-pub use registry::{RecentError, Registry, TriggerStats, RECENT_ERRORS_MAX};
+pub use registry::{RecentError, Registry, TriggerStats, TriggerStatus, RECENT_ERRORS_MAX};
 pub(crate) use task::{dead_prefix, enqueue, queue_prefix};
-pub use task::{Task, TaskId, TRIGGER_DEPTH_MAX};
+pub use task::{DeadLetter, Task, TaskId, TRIGGER_DEPTH_MAX};

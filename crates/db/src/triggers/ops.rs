@@ -1,14 +1,13 @@
 //! What the database's trigger operations (`Db` methods in `db/triggers.rs`) speak: their
 //! bounds, what completing or failing a task returns, where definitions are stored, loading
-//! them at open, and a task as the API shows it.
+//! them at open.
 
 use crate::error::DbError;
 use crate::triggers::def::TriggerDef;
 use crate::triggers::registry::Registry;
-use crate::triggers::task::{dead_prefix, queue_prefix, Task, TaskId};
+use crate::triggers::task::{dead_prefix, queue_prefix};
 use crate::txn::CommitOutcome;
 use herald_storage::{ReadTxn, Table};
-use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
@@ -90,13 +89,4 @@ pub(crate) fn bad_label(label: &str) -> DbError {
         "'{}' is not a task id (expected \"seq.n\")",
         label.escape_debug()
     ))
-}
-
-/// A task as the API shows it.
-pub fn task_json(id: TaskId, task: &Task) -> Value {
-    json!({
-        "task": id.label(), "seq": task.seq, "collection": task.collection, "id": task.id,
-        "op": task.op, "before": task.before, "after": task.after, "depth": task.depth,
-        "attempts": task.attempts, "createdMs": task.created_ms, "lastError": task.last_error,
-    })
 }

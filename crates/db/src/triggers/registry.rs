@@ -25,7 +25,7 @@ pub struct TriggerStats {
     recent_errors: Mutex<VecDeque<RecentError>>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecentError {
     pub at_ms: u64,
     pub task: String,
@@ -53,6 +53,21 @@ impl TriggerStats {
             .cloned()
             .collect()
     }
+}
+
+/// A trigger's definition with its queue and counters (`Db::trigger_status`).
+#[derive(Debug, Clone)]
+pub struct TriggerStatus {
+    pub def: Arc<TriggerDef>,
+    pub pending: u64,
+    /// Age of the oldest queued task; `None` when the queue is empty.
+    pub oldest_pending_age_ms: Option<u64>,
+    pub dead: u64,
+    pub executed: u64,
+    pub failed: u64,
+    pub conflicts: u64,
+    /// Oldest first, at most [`RECENT_ERRORS_MAX`].
+    pub recent_errors: Vec<RecentError>,
 }
 
 type Listener = Arc<dyn Fn() + Send + Sync>;

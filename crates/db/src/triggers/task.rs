@@ -15,7 +15,7 @@ use crate::triggers::registry::Registry;
 use crate::txn::Change;
 use herald_storage::{Table, WriteTxn};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// Longest chain of triggers firing triggers: a task at this depth may not fire another.
 pub const TRIGGER_DEPTH_MAX: u32 = 16;
@@ -111,15 +111,14 @@ pub struct Task {
     pub last_error: Option<String>,
 }
 
-impl Task {
-    /// The `event` a trigger function or webhook receives.
-    pub fn event(&self) -> Value {
-        json!({
-            "op": self.op, "collection": self.collection, "id": self.id,
-            "before": self.before, "after": self.after, "seq": self.seq,
-        })
-    }
+/// A dead letter: a task that used up its attempts, with its id.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    pub id: TaskId,
+    pub task: Task,
+}
 
+impl Task {
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a task serializes")
     }

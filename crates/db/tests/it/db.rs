@@ -2,8 +2,8 @@
 //! transactions, the commit log, indexes and the planner-versus-full-scan property.
 
 use herald_db::{
-    Clock, Db, DbError, DbOptions, Durability, PlanDescription, QueueFull, Refused, Transaction,
-    Write,
+    Clock, Db, DbError, DbOptions, Durability, IndexState, PlanDescription, QueueFull, Refused,
+    Transaction, Write,
 };
 use herald_query::{Direction, Filter, Query, Update};
 use proptest::prelude::*;
@@ -54,11 +54,7 @@ fn eventually(mut done: impl FnMut() -> bool) -> bool {
 /// Waits until no automatic index of `collection` is being rebuilt; the caller's assertions
 /// then show what a build that did not finish left.
 fn wait_until_built(db: &Db, collection: &str) {
-    eventually(|| {
-        db.list_indexes(collection).unwrap()["building"]
-            .as_array()
-            .is_some_and(Vec::is_empty)
-    });
+    eventually(|| db.list_indexes(collection).unwrap().building.is_empty());
 }
 
 fn put(c: &str, id: &str, doc: Value) -> Write {
@@ -524,7 +520,8 @@ fn composite_index_builds_in_background_and_serves_queries() {
     )
     .unwrap();
     let query = q(json!({"filter": {"g": 3, "n": {"$gte": 100, "$lt": 200}}}));
-    let ready = eventually(|| db.list_indexes("c").unwrap()["composite"][0]["state"] == "ready");
+    let ready =
+        eventually(|| db.list_indexes("c").unwrap().composite[0].state == IndexState::Ready);
     assert!(ready, "index build finished");
     let out = db.query("c", &query).unwrap();
     assert!(
@@ -652,7 +649,7 @@ fn load_and_wait(db: &Db, docs: impl IntoIterator<Item = Value>) -> Vec<Value> {
     if !writes.is_empty() {
         db.commit(writes).unwrap();
     }
-    eventually(|| db.list_indexes("c").unwrap()["composite"][0]["state"] == "ready");
+    eventually(|| db.list_indexes("c").unwrap().composite[0].state == IndexState::Ready);
     stored
 }
 

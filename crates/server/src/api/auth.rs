@@ -14,9 +14,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use herald_db::{CommitOutcome, DbError, Guard, Write, WriteEffect, WriteGuard};
-use herald_protocol::{ErrorCode, KeyBody};
+use herald_protocol::{ErrorCode, KeyBody, KeyList, KeyRevoked, RulesSet};
 use herald_rules::{Denial, Rules};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// Largest `PUT /v1/rules` body.
@@ -350,8 +350,10 @@ pub async fn create_key(
 }
 
 /// `GET /v1/keys` -> `{"keys":[{"id","name","role","createdAt"}]}` (never the secrets).
-pub async fn list_keys(State(st): State<AppState>, _: RequireAdmin) -> Json<Value> {
-    Json(json!({"keys": st.auth.keys.list()}))
+pub async fn list_keys(State(st): State<AppState>, _: RequireAdmin) -> Json<KeyList> {
+    Json(KeyList {
+        keys: st.auth.keys.list(),
+    })
 }
 
 /// `DELETE /v1/keys/{id}` -> `{"revoked": id}`; `404 key_not_found`.
@@ -359,11 +361,11 @@ pub async fn revoke_key(
     State(st): State<AppState>,
     _: RequireAdmin,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<KeyRevoked>> {
     let st2 = st.clone();
     let id2 = id.clone();
     if blocking(move || st2.auth.revoke_key(&st2.db, &id2)).await? {
-        Ok(Json(json!({"revoked": id})))
+        Ok(Json(KeyRevoked { revoked: id }))
     } else {
         Err(ApiError::new(
             ErrorCode::KeyNotFound,
@@ -383,11 +385,11 @@ pub async fn put_rules(
     State(st): State<AppState>,
     _: RequireAdmin,
     body: axum::body::Body,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RulesSet>> {
     let bytes = read_bytes(body, RULES_BODY_BYTES_MAX).await?;
     let rules = Rules::parse_text(&bytes).map_err(|e| ApiError::lib(e.code(), e.to_string()))?;
-    let n = rules.source()["rules"].as_array().map_or(0, Vec::len);
+    let n = rules.source()["rules"].as_array().map_or(0, Vec::len) as u64;
     let st2 = st.clone();
     blocking(move || st2.auth.set_rules(&st2.db, rules)).await?;
-    Ok(Json(json!({"rules": n})))
+    Ok(Json(RulesSet { rules: n }))
 }

@@ -6,8 +6,7 @@ use crate::state::AppState;
 use axum::extract::{Query as UrlQuery, State};
 use axum::Json;
 use herald_db::COLLECTIONS_LIST_MAX;
-use herald_protocol::ErrorCode;
-use serde_json::{json, Value};
+use herald_protocol::{CollectionInfo, CollectionList, ErrorCode};
 use std::collections::HashMap;
 
 /// Collections per answer when `limit` is absent.
@@ -19,7 +18,7 @@ pub async fn list(
     State(st): State<AppState>,
     _: crate::api::auth::RequireTrusted,
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<CollectionList>> {
     let limit = match params.get("limit") {
         None => COLLECTIONS_PAGE_DEFAULT,
         Some(l) => match l.parse::<usize>() {
@@ -38,6 +37,9 @@ pub async fn list(
         .await
         .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))??;
     let more = names.len() == limit;
-    let collections: Vec<Value> = names.into_iter().map(|n| json!({"name": n})).collect();
-    Ok(Json(json!({"collections": collections, "more": more})))
+    let collections = names
+        .into_iter()
+        .map(|name| CollectionInfo { name })
+        .collect();
+    Ok(Json(CollectionList { collections, more }))
 }

@@ -15,8 +15,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use herald_db::{split_document_path, CommitOutcome, Write};
-use herald_protocol::ErrorCode;
-use serde_json::json;
+use herald_protocol::{DocDeleted, DocUpdated, DocWritten, ErrorCode};
 use std::collections::HashMap;
 
 fn if_match(headers: &HeaderMap) -> ApiResult<Option<u64>> {
@@ -54,7 +53,12 @@ pub async fn put(
     };
     let out = commit_one(&st, &p, w).await?;
     let r = &out.results[0];
-    Ok(Json(json!({"id": r.id, "version": r.version, "seq": out.seq})).into_response())
+    Ok(Json(DocWritten {
+        id: r.id.clone(),
+        version: r.version,
+        seq: out.seq,
+    })
+    .into_response())
 }
 
 pub async fn insert(
@@ -75,7 +79,11 @@ pub async fn insert(
     let r = &out.results[0];
     Ok((
         StatusCode::CREATED,
-        Json(json!({"id": r.id, "version": r.version, "seq": out.seq})),
+        Json(DocWritten {
+            id: r.id.clone(),
+            version: r.version,
+            seq: out.seq,
+        }),
     )
         .into_response())
 }
@@ -152,7 +160,12 @@ pub async fn patch(
     };
     let out = commit_one(&st, &p, w).await?;
     let r = &out.results[0];
-    Ok(Json(json!({"doc": r.doc(), "version": r.version, "seq": out.seq})).into_response())
+    Ok(Json(DocUpdated {
+        doc: r.doc(),
+        version: r.version,
+        seq: out.seq,
+    })
+    .into_response())
 }
 
 pub async fn delete(
@@ -169,5 +182,9 @@ pub async fn delete(
         if_version: if_match(&headers)?,
     };
     let out = commit_one(&st, &p, w).await?;
-    Ok(Json(json!({"deleted": out.results[0].op.is_some(), "seq": out.seq})).into_response())
+    Ok(Json(DocDeleted {
+        deleted: out.results[0].op.is_some(),
+        seq: out.seq,
+    })
+    .into_response())
 }

@@ -10,11 +10,13 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query as UrlQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
-use herald_db::DbError;
+use herald_db::{CompositeIndex, DbError, IndexListing};
 use herald_protocol::ErrorCode;
-use herald_protocol::{ExemptionsBody, IndexBody};
+use herald_protocol::{
+    ExemptionsBody, ExemptionsSet, IndexBody, IndexDropped, IndexField, IndexInfo, IndexList,
+    IndexState,
+};
 use herald_query::Direction;
-use serde_json::{json, Value};
 use std::collections::HashMap;
 
 const BODY_MAX: usize = 64 << 10;
@@ -40,7 +42,7 @@ pub async fn create(
     State(st): State<AppState>,
     _: crate::api::auth::RequireAdmin,
     body: Body,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<IndexInfo>)> {
     let body: IndexBody = read_typed(body, BODY_MAX).await?;
     let IndexBody {
         collection,
@@ -60,17 +62,48 @@ pub async fn create(
         .collect();
     let db = st.db.clone();
     let index = blocking(move || db.create_index(&collection, &name, fields)).await?;
-    Ok((StatusCode::ACCEPTED, Json(index)))
+    Ok((StatusCode::ACCEPTED, Json(index_info(&index))))
 }
 
 pub async fn list(
     State(st): State<AppState>,
     _: crate::api::auth::RequireAdmin,
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<IndexList>> {
     let collection = collection_param(&params)?;
     let db = st.db.clone();
-    Ok(Json(blocking(move || db.list_indexes(&collection)).await?))
+    let listing = blocking(move || db.list_indexes(&collection)).await?;
+    Ok(Json(index_list(listing)))
+}
+
+fn index_list(l: IndexListing) -> IndexList {
+    IndexList {
+        collection: l.collection,
+        composite: l.composite.iter().map(index_info).collect(),
+        exemptions: l.exemptions,
+        building: l.building,
+    }
+}
+
+fn index_info(ci: &CompositeIndex) -> IndexInfo {
+    IndexInfo {
+        name: ci.name.clone(),
+        fields: ci
+            .fields
+            .iter()
+            .map(|f| IndexField {
+                path: f.path.clone(),
+                order: Some(match f.direction {
+                    Direction::Asc => 1,
+                    Direction::Desc => -1,
+                }),
+            })
+            .collect(),
+        state: match ci.state {
+            herald_db::IndexState::Building => IndexState::Building,
+            herald_db::IndexState::Ready => IndexState::Ready,
+        },
+    }
 }
 
 pub async fn drop(
@@ -78,24 +111,24 @@ pub async fn drop(
     _: crate::api::auth::RequireAdmin,
     name: Result<Path<String>, PathRejection>,
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<IndexDropped>> {
     let Path(name) = name?;
     let collection = collection_param(&params)?;
     let db = st.db.clone();
     blocking(move || db.drop_index(&collection, &name)).await?;
-    Ok(Json(json!({"dropped": true})))
+    Ok(Json(IndexDropped { dropped: true }))
 }
 
 pub async fn exemptions(
     State(st): State<AppState>,
     _: crate::api::auth::RequireAdmin,
     body: Body,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ExemptionsSet>> {
     let ExemptionsBody {
         collection,
         exemptions: paths,
     } = read_typed(body, BODY_MAX).await?;
     let db = st.db.clone();
     blocking(move || db.set_exemptions(&collection, paths)).await?;
-    Ok(Json(json!({"ok": true})))
+    Ok(Json(ExemptionsSet { ok: true }))
 }

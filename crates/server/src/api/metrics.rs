@@ -6,6 +6,7 @@ use crate::state::AppState;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
+use herald_db::triggers::TriggerStatus;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
@@ -183,52 +184,53 @@ fn render(db: &herald_db::Db) -> String {
         "Each durable checkpoint's redb commit (writing the pages buffered since the last one, and the sync).",
     );
     let defs = db.triggers().defs();
-    let statuses: Vec<serde_json::Value> = defs
+    type Counter = fn(&TriggerStatus) -> f64;
+    let statuses: Vec<TriggerStatus> = defs
         .iter()
         .filter_map(|d| db.trigger_status(&d.name).ok())
         .collect();
-    let gauges: [(&str, &str, &str, &str, f64); 5] = [
+    let gauges: [(&str, &str, &str, Counter, f64); 5] = [
         (
             "herald_trigger_pending_tasks",
             "gauge",
             "Tasks waiting in the trigger's queue.",
-            "pending",
+            |s| s.pending as f64,
             1.0,
         ),
         (
             "herald_trigger_oldest_pending_age_seconds",
             "gauge",
             "Age of the oldest queued task.",
-            "oldestPendingAgeMs",
+            |s| s.oldest_pending_age_ms.unwrap_or(0) as f64,
             0.001,
         ),
         (
             "herald_trigger_dead_letters",
             "gauge",
             "Tasks that used up their attempts.",
-            "dead",
+            |s| s.dead as f64,
             1.0,
         ),
         (
             "herald_trigger_executed_total",
             "counter",
             "Tasks completed since the server started.",
-            "executed",
+            |s| s.executed as f64,
             1.0,
         ),
         (
             "herald_trigger_failed_total",
             "counter",
             "Failed task attempts since the server started.",
-            "failed",
+            |s| s.failed as f64,
             1.0,
         ),
     ];
     for (name, kind, help, field, scale) in gauges {
         family(&mut out, name, kind, help);
         for s in &statuses {
-            let v = s[field].as_f64().unwrap_or(0.0) * scale;
-            let n = label(s["name"].as_str().unwrap_or_default());
+            let v = field(s) * scale;
+            let n = label(&s.def.name);
             let _ = writeln!(out, "{name}{{trigger=\"{n}\"}} {v}");
         }
     }

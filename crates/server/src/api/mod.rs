@@ -20,11 +20,13 @@ use axum::extract::State;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use error::ApiError;
-use herald_protocol::ErrorCode;
-use serde_json::{json, Value};
+use herald_protocol::{ErrorCode, Health, HealthStatus};
 
-async fn health(State(st): State<AppState>) -> Json<Value> {
-    Json(json!({"status": "ok", "seq": st.db.seq()}))
+async fn health(State(st): State<AppState>) -> Json<Health> {
+    Json(Health {
+        status: HealthStatus::Ok,
+        seq: st.db.seq(),
+    })
 }
 
 async fn not_found() -> ApiError {

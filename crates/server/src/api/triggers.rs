@@ -8,11 +8,11 @@ use axum::body::Body;
 use axum::extract::{Path, Query as UrlQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
-use herald_db::triggers::{Action, TriggerDef, DEAD_LIST_MAX};
+use herald_db::triggers::{Action, DeadLetter, TriggerDef, TriggerStatus, DEAD_LIST_MAX};
 use herald_db::DbError;
+use herald_protocol as protocol;
 use herald_protocol::ErrorCode;
 use herald_protocol::{DeadSelection, Decode, TriggerBody};
-use serde_json::{json, Value};
 use std::collections::HashMap;
 
 /// Largest trigger definition body (the source limit plus room for JSON escaping).
@@ -31,7 +31,7 @@ pub async fn put(
     _: crate::api::auth::RequireAdmin,
     Path(name): Path<String>,
     body: Body,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<protocol::TriggerInfo>)> {
     let bytes = read_bytes(body, BODY_MAX).await?;
     // The protocol's type refuses wrong shapes and unknown members; the database checks the
     // definition's meaning (patterns, filter, URL, limits) on the same JSON.
@@ -56,50 +56,51 @@ pub async fn put(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(stored.to_json())))
+    Ok((status, Json(trigger_info(&stored))))
 }
 
 pub async fn get(
     State(st): State<AppState>,
     _: crate::api::auth::RequireAdmin,
     Path(name): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<protocol::TriggerStatus>> {
     let db = st.db.clone();
-    Ok(Json(blocking(move || Ok(db.trigger_status(&name)?)).await?))
+    let status = blocking(move || Ok(db.trigger_status(&name)?)).await?;
+    Ok(Json(trigger_status(status)))
 }
 
 pub async fn list(
     State(st): State<AppState>,
     _: crate::api::auth::RequireAdmin,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<protocol::TriggerList>> {
     let db = st.db.clone();
-    let all = blocking(move || {
+    let triggers = blocking(move || {
         let defs = db.triggers().defs();
         let mut out = Vec::with_capacity(defs.len());
         for d in defs.iter() {
             match db.trigger_status(&d.name) {
-                Ok(s) => out.push(s),
+                Ok(s) => out.push(trigger_status(s)),
                 // Deleted between the listing and the lookup.
                 Err(DbError::TriggerNotFound(_)) => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        out.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     })
     .await?;
-    Ok(Json(json!({ "triggers": all })))
+    Ok(Json(protocol::TriggerList { triggers }))
 }
 
 pub async fn delete(
     State(st): State<AppState>,
     _: crate::api::auth::RequireAdmin,
     Path(name): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<protocol::TriggerDeleted>> {
     let db = st.db.clone();
     let n = name.clone();
     blocking(move || Ok(db.delete_trigger(&n)?)).await?;
-    Ok(Json(json!({ "deleted": name })))
+    Ok(Json(protocol::TriggerDeleted { deleted: name }))
 }
 
 pub async fn dead(
@@ -107,7 +108,7 @@ pub async fn dead(
     _: crate::api::auth::RequireAdmin,
     Path(name): Path<String>,
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<protocol::DeadLetters>> {
     let limit = match params.get("limit") {
         None => 100,
         Some(l) => l
@@ -124,7 +125,70 @@ pub async fn dead(
     let after = params.get("after").cloned();
     let db = st.db.clone();
     let letters = blocking(move || Ok(db.dead_letters(&name, after.as_deref(), limit)?)).await?;
-    Ok(Json(json!({ "deadLetters": letters })))
+    Ok(Json(protocol::DeadLetters {
+        dead_letters: letters.into_iter().map(dead_letter).collect(),
+    }))
+}
+
+/// A stored definition as the API shows it.
+fn trigger_info(def: &TriggerDef) -> protocol::TriggerInfo {
+    let (function, webhook) = match &def.action {
+        Action::Function(source) => (Some(source.clone()), None),
+        Action::Webhook { url, headers } => (
+            None,
+            Some(protocol::Webhook {
+                url: url.clone(),
+                headers: Some(headers.clone()),
+            }),
+        ),
+    };
+    protocol::TriggerInfo {
+        name: def.name.clone(),
+        collection: def.collection.clone(),
+        on: def.on.clone(),
+        max_attempts: def.max_attempts,
+        filter: def.filter.clone(),
+        function,
+        webhook,
+    }
+}
+
+fn trigger_status(s: TriggerStatus) -> protocol::TriggerStatus {
+    let queue = protocol::TriggerQueue {
+        pending: s.pending,
+        oldest_pending_age_ms: s.oldest_pending_age_ms,
+        dead: s.dead,
+        executed: s.executed,
+        failed: s.failed,
+        conflicts: s.conflicts,
+        recent_errors: s
+            .recent_errors
+            .into_iter()
+            .map(|e| protocol::TriggerError {
+                at_ms: e.at_ms,
+                task: e.task,
+                message: e.message,
+            })
+            .collect(),
+    };
+    protocol::TriggerStatus::new(trigger_info(&s.def), queue)
+}
+
+fn dead_letter(d: DeadLetter) -> protocol::DeadLetter {
+    let t = d.task;
+    protocol::DeadLetter {
+        task: d.id.label(),
+        seq: t.seq,
+        collection: t.collection,
+        id: t.id,
+        op: t.op,
+        before: t.before,
+        after: t.after,
+        depth: t.depth,
+        attempts: t.attempts,
+        created_ms: t.created_ms,
+        last_error: t.last_error,
+    }
 }
 
 /// `{"tasks": ["seq.n", ...]}` selects dead letters; an empty body or no `tasks` means all.
@@ -141,8 +205,9 @@ pub async fn retry(
     _: crate::api::auth::RequireAdmin,
     name: Path<String>,
     body: Body,
-) -> ApiResult<Json<Value>> {
-    move_dead(st, name, body, true).await
+) -> ApiResult<Json<protocol::DeadRetried>> {
+    let retried = move_dead(st, name, body, true).await?;
+    Ok(Json(protocol::DeadRetried { retried }))
 }
 
 pub async fn purge(
@@ -150,17 +215,18 @@ pub async fn purge(
     _: crate::api::auth::RequireAdmin,
     name: Path<String>,
     body: Body,
-) -> ApiResult<Json<Value>> {
-    move_dead(st, name, body, false).await
+) -> ApiResult<Json<protocol::DeadPurged>> {
+    let purged = move_dead(st, name, body, false).await?;
+    Ok(Json(protocol::DeadPurged { purged }))
 }
 
-/// Moves the selected dead letters back into the queue (`requeue`) or deletes them.
+/// Moves the selected dead letters back into the queue (`requeue`) or deletes them; how many.
 async fn move_dead(
     State(st): State<AppState>,
     Path(name): Path<String>,
     body: Body,
     requeue: bool,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<u64> {
     let ids = selection(body).await?;
     let db = st.db.clone();
     let n = blocking(move || {
@@ -171,6 +237,5 @@ async fn move_dead(
         })
     })
     .await?;
-    let member = if requeue { "retried" } else { "purged" };
-    Ok(Json(json!({ member: n })))
+    Ok(n)
 }

@@ -4,6 +4,7 @@
 //! next request on.
 
 use herald_db::{Db, DbError};
+use herald_protocol::{KeyCreated, KeyInfo};
 use rand::RngCore;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -52,8 +53,13 @@ struct Entry {
 }
 
 impl Entry {
-    fn public_json(&self) -> Value {
-        json!({"id": self.id, "name": self.name, "role": self.role.as_str(), "createdAt": self.created_ms})
+    fn public(&self) -> KeyInfo {
+        KeyInfo {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            role: self.role.as_str().to_string(),
+            created_at: self.created_ms,
+        }
     }
 }
 
@@ -125,9 +131,15 @@ impl KeyStore {
             .cloned()
     }
 
-    /// Creates a key; returns its public description plus `"key"`, the secret (shown once).
-    /// Blocks on the durable write.
-    pub fn create(&self, db: &Db, name: String, role: Role, now_ms: u64) -> Result<Value, DbError> {
+    /// Creates a key; returns its public description and the secret (shown once). Blocks on
+    /// the durable write.
+    pub fn create(
+        &self,
+        db: &Db,
+        name: String,
+        role: Role,
+        now_ms: u64,
+    ) -> Result<KeyCreated, DbError> {
         let _g = self.change.lock().expect("keys change lock");
         let mut entries = self.entries.read().expect("keys lock").clone();
         if entries.len() >= KEYS_MAX {
@@ -147,20 +159,31 @@ impl KeyStore {
             hash: hash_key(&secret),
             created_ms: now_ms,
         };
-        let mut out = entry.public_json();
-        out["key"] = json!(secret);
+        let KeyInfo {
+            id,
+            name,
+            role,
+            created_at,
+        } = entry.public();
+        let out = KeyCreated {
+            id,
+            name,
+            role,
+            created_at,
+            key: secret,
+        };
         entries.push(entry);
         Self::persist(db, &entries)?;
         self.install(entries);
         Ok(out)
     }
 
-    pub fn list(&self) -> Vec<Value> {
+    pub fn list(&self) -> Vec<KeyInfo> {
         self.entries
             .read()
             .expect("keys lock")
             .iter()
-            .map(Entry::public_json)
+            .map(Entry::public)
             .collect()
     }
 

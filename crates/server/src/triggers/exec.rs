@@ -7,9 +7,9 @@ use crate::triggers::pool::ScriptPool;
 use crate::triggers::TriggerOptions;
 use herald_db::triggers::{Action, Task, TaskDone, TaskFailed, TaskId, TriggerDef};
 use herald_db::{Db, DbError, Ticket};
+use herald_protocol::{TriggerEvent, WebhookCall};
 use herald_script::Sandbox;
 use rand::Rng;
-use serde_json::json;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -42,6 +42,18 @@ pub fn backoff_ms(attempts: u32, opts: &TriggerOptions) -> u64 {
         .min(opts.backoff_max_ms)
         .max(1);
     full / 2 + rand::thread_rng().gen_range(0..=full / 2)
+}
+
+/// The `event` a trigger function or webhook receives for a task.
+fn trigger_event(task: &Task) -> TriggerEvent {
+    TriggerEvent {
+        op: task.op.clone(),
+        collection: task.collection.clone(),
+        id: task.id.clone(),
+        before: task.before.clone(),
+        after: task.after.clone(),
+        seq: task.seq,
+    }
 }
 
 /// Runs the function in this blocking thread's sandbox and submits the task's completion: its
@@ -85,7 +97,7 @@ pub async fn run_function(
     let Action::Function(_) = &def.action else {
         unreachable!("run_function is only dispatched for function triggers");
     };
-    let event = Arc::new(task.event());
+    let event = Arc::new(serde_json::to_value(trigger_event(&task)).expect("an event serializes"));
     for _ in 0..=CONFLICT_RERUNS_MAX {
         let submitted = {
             let (db, def, event, opts) = (db.clone(), def.clone(), event.clone(), opts.clone());
@@ -156,9 +168,12 @@ pub async fn run_webhook(
     let Action::Webhook { url, headers } = &def.action else {
         unreachable!("run_webhook is only dispatched for webhook triggers");
     };
-    let body = json!({
-        "trigger": def.name, "task": id.label(), "attempt": task.attempts + 1, "event": task.event(),
-    });
+    let body = WebhookCall {
+        trigger: def.name.clone(),
+        task: id.label(),
+        attempt: task.attempts + 1,
+        event: trigger_event(&task),
+    };
     let mut request = client
         .post(url)
         .timeout(opts.webhook_timeout)

@@ -3,7 +3,19 @@
 // cache, no queue): they need a reachable server and, with authentication on, an admin key
 // (collections and metrics also accept a service key). The web console is built on them.
 import type { Doc } from "../query/value.js";
+import {
+  decodeCollectionList,
+  decodeDeadLetters,
+  decodeDeadPurged,
+  decodeDeadRetried,
+  decodeTriggerList,
+  decodeTriggerStatus,
+  type DeadLetter,
+  type TriggerStatus,
+} from "../protocol.js";
 import type { Http } from "./http.js";
+
+export type { DeadLetter, TriggerError, TriggerStatus } from "../protocol.js";
 
 export interface CollectionInfo {
   readonly name: string;
@@ -22,44 +34,6 @@ export interface Explained {
   };
 }
 
-export interface TriggerError {
-  readonly atMs: number;
-  readonly task: string;
-  readonly message: string;
-}
-
-/** A trigger's definition and its queue (`GET /v1/triggers/{name}`, docs/triggers.md). */
-export interface TriggerStatus {
-  readonly name: string;
-  readonly collection: string;
-  readonly on: string[];
-  readonly pending: number;
-  /** Age of the oldest queued task; null when the queue is empty. */
-  readonly oldestPendingAgeMs: number | null;
-  readonly dead: number;
-  readonly executed: number;
-  readonly failed: number;
-  readonly conflicts: number;
-  readonly recentErrors: TriggerError[];
-  /** The rest of the definition (`filter`, `function` or `webhook`, `maxAttempts`). */
-  readonly [member: string]: unknown;
-}
-
-/** A task that used up its attempts. */
-export interface DeadLetter {
-  /** The task id, `"seq.n"`: what `retryDead` and `purgeDead` select. */
-  readonly task: string;
-  readonly seq: number;
-  readonly collection: string;
-  readonly id: string;
-  readonly op: string;
-  readonly before: Doc | null;
-  readonly after: Doc | null;
-  readonly attempts: number;
-  readonly createdMs: number;
-  readonly lastError: string | null;
-}
-
 /** One sample of the Prometheus text format: `name{labels} value`. */
 export interface MetricSample {
   readonly name: string;
@@ -75,7 +49,7 @@ export class Admin {
     let after: string | undefined;
     for (;;) {
       const q = after === undefined ? "" : `?after=${encodeURIComponent(after)}`;
-      const r = await this.http.request<{ collections: CollectionInfo[]; more: boolean }>("GET", `/v1/collections${q}`);
+      const r = decodeCollectionList(await this.http.request<unknown>("GET", `/v1/collections${q}`));
       out.push(...r.collections);
       if (!r.more || r.collections.length === 0) return out;
       after = r.collections[r.collections.length - 1].name;
@@ -87,11 +61,11 @@ export class Admin {
   }
 
   async triggers(): Promise<TriggerStatus[]> {
-    return (await this.http.request<{ triggers: TriggerStatus[] }>("GET", "/v1/triggers")).triggers;
+    return decodeTriggerList(await this.http.request<unknown>("GET", "/v1/triggers")).triggers;
   }
 
-  trigger(name: string): Promise<TriggerStatus> {
-    return this.http.request<TriggerStatus>("GET", `/v1/triggers/${encodeURIComponent(name)}`);
+  async trigger(name: string): Promise<TriggerStatus> {
+    return decodeTriggerStatus(await this.http.request<unknown>("GET", `/v1/triggers/${encodeURIComponent(name)}`));
   }
 
   async deadLetters(name: string, opts: { limit?: number; after?: string } = {}): Promise<DeadLetter[]> {
@@ -100,17 +74,17 @@ export class Admin {
     if (opts.after !== undefined) params.set("after", opts.after);
     const q = params.toString() === "" ? "" : `?${params}`;
     const path = `/v1/triggers/${encodeURIComponent(name)}/dead${q}`;
-    return (await this.http.request<{ deadLetters: DeadLetter[] }>("GET", path)).deadLetters;
+    return decodeDeadLetters(await this.http.request<unknown>("GET", path)).deadLetters;
   }
 
   async retryDead(name: string, tasks?: string[]): Promise<number> {
     const path = `/v1/triggers/${encodeURIComponent(name)}/dead/retry`;
-    return (await this.http.request<{ retried: number }>("POST", path, tasks === undefined ? undefined : { tasks })).retried;
+    return decodeDeadRetried(await this.http.request<unknown>("POST", path, tasks === undefined ? undefined : { tasks })).retried;
   }
 
   async purgeDead(name: string, tasks?: string[]): Promise<number> {
     const path = `/v1/triggers/${encodeURIComponent(name)}/dead/purge`;
-    return (await this.http.request<{ purged: number }>("POST", path, tasks === undefined ? undefined : { tasks })).purged;
+    return decodeDeadPurged(await this.http.request<unknown>("POST", path, tasks === undefined ? undefined : { tasks })).purged;
   }
 
   async metrics(): Promise<MetricSample[]> {

@@ -1,0 +1,169 @@
+//! Answers of the other HTTP endpoints: health, the collection listing, the document
+//! endpoints' metadata, API keys, rules, and the acknowledgements of admin changes. Each is
+//! a small object whose member names are the contract (docs/protocol.md); documents stay
+//! `Value`.
+
+use crate::decode::Decode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+macro_rules! decode {
+    ($($ty:ident: $what:literal;)*) => {
+        $(impl Decode for $ty {
+            const WHAT: &'static str = $what;
+        })*
+    };
+}
+
+/// `GET /v1/health`: `{"status":"ok","seq"}`, the last committed seq.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Health {
+    pub status: HealthStatus,
+    pub seq: u64,
+}
+
+/// A serving server is `ok` (one that is not does not answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthStatus {
+    Ok,
+}
+
+/// `GET /v1/collections`: a page of collection names in byte order; `more` when the page is
+/// full (ask again with `after` the last name).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectionList {
+    pub collections: Vec<CollectionInfo>,
+    pub more: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectionInfo {
+    pub name: String,
+}
+
+/// `PUT /v1/docs/{path}` and `POST /v1/docs/{collection}`: the document's id and new version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocWritten {
+    pub id: String,
+    pub version: u64,
+    pub seq: u64,
+}
+
+/// `PATCH /v1/docs/{path}`: the document after the update.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocUpdated {
+    pub doc: Option<Value>,
+    pub version: u64,
+    pub seq: u64,
+}
+
+/// `DELETE /v1/docs/{path}`: whether a document was there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocDeleted {
+    pub deleted: bool,
+    pub seq: u64,
+}
+
+/// An API key as listed (never its secret).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KeyInfo {
+    pub id: String,
+    pub name: String,
+    /// `admin` or `service`.
+    pub role: String,
+    /// Milliseconds since the epoch.
+    pub created_at: u64,
+}
+
+/// `POST /v1/keys`: the new key with its secret, shown this once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KeyCreated {
+    pub id: String,
+    pub name: String,
+    pub role: String,
+    pub created_at: u64,
+    pub key: String,
+}
+
+/// `GET /v1/keys`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyList {
+    pub keys: Vec<KeyInfo>,
+}
+
+/// `DELETE /v1/keys/{id}`: the id revoked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyRevoked {
+    pub revoked: String,
+}
+
+/// `PUT /v1/rules`: how many rules the stored set has.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RulesSet {
+    pub rules: u64,
+}
+
+/// `DELETE /v1/indexes/{name}`: `{"dropped":true}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexDropped {
+    pub dropped: bool,
+}
+
+/// `PUT /v1/indexes/exemptions`: `{"ok":true}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExemptionsSet {
+    pub ok: bool,
+}
+
+/// `DELETE /v1/triggers/{name}`: the name deleted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerDeleted {
+    pub deleted: String,
+}
+
+/// `POST /v1/triggers/{name}/dead/retry`: how many dead letters went back into the queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadRetried {
+    pub retried: u64,
+}
+
+/// `POST /v1/triggers/{name}/dead/purge`: how many dead letters were deleted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadPurged {
+    pub purged: u64,
+}
+
+decode! {
+    Health: "a health answer";
+    CollectionList: "a collection listing";
+    DocWritten: "a document write's answer";
+    DocUpdated: "a document update's answer";
+    DocDeleted: "a document delete's answer";
+    KeyInfo: "an API key";
+    KeyCreated: "a created API key";
+    KeyList: "an API key listing";
+    KeyRevoked: "a key revocation's answer";
+    RulesSet: "a rules answer";
+    IndexDropped: "an index drop's answer";
+    ExemptionsSet: "an exemptions answer";
+    TriggerDeleted: "a trigger deletion's answer";
+    DeadRetried: "a dead-letter retry's answer";
+    DeadPurged: "a dead-letter purge's answer";
+}
