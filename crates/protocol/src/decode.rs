@@ -115,11 +115,16 @@ fn not_object<T: Decode>(v: &Value) -> ProtocolError {
     )
 }
 
+/// The error of a decode of text that *is* valid JSON: always a shape error. (serde_json says
+/// `Syntax` for some shape errors too, such as a number where an enum's string belongs.)
 fn classify<T: Decode>(e: serde_json::Error) -> ProtocolError {
     use serde_json::error::Category;
     match e.classify() {
-        Category::Syntax | Category::Eof | Category::Io => syntax(e),
-        Category::Data => {
+        Category::Io => syntax(e),
+        Category::Syntax | Category::Eof if e.to_string().starts_with("recursion limit") => {
+            syntax(e)
+        }
+        Category::Syntax | Category::Eof | Category::Data => {
             let text = e.to_string();
             // The position is of little use in a one-line message and reads oddly inside the
             // "expected ..." part.
@@ -181,4 +186,22 @@ pub(crate) fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<V
 // impl lives here so that `error` stays below `decode`.
 impl Decode for crate::error::ErrorBody {
     const WHAT: &'static str = "an error body";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replies::IndexInfo;
+
+    /// Valid JSON of the wrong shape is the type's code, never `bad_json`, even where
+    /// serde_json calls the error a syntax error (a number where an enum's string belongs).
+    #[test]
+    fn valid_json_of_the_wrong_shape_is_not_bad_json() {
+        let e = IndexInfo::decode(br#"{"name":"i","fields":[],"state":1}"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
+        let e = IndexInfo::decode(br#"{"name":"i","fields":[],"state":"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadJson, "{e}");
+        let e = IndexInfo::decode(br#"{"name":"i","fields":[],"state":"sleeping"}"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
+    }
 }
