@@ -112,6 +112,7 @@ error_codes! {
     TaskConflict = ("task_conflict", 409, None, true, "the documents a trigger task read kept changing (8 re-runs)"),
     TriggerDepthExceeded = ("trigger_depth_exceeded", 400, None, false, "a chain of triggers 16 deep (a cycle?)"),
     Overloaded = ("overloaded", 503, None, true, "the write queue is full; retry later"),
+    Unavailable = ("unavailable", 503, None, true, "this node cannot serve the request now: no primary is known (failover in progress), Kafka is unreachable, or the node has not applied the seq asked for; retry"),
     ShuttingDown = ("shutting_down", 503, None, true, "the server is shutting down"),
     StorageClosed = ("storage_closed", 503, None, true, "the store is closed"),
     StorageIo = ("storage_io", 500, None, true, "a disk operation failed"),
@@ -257,6 +258,7 @@ mod tests {
     fn retryable_is_decided_per_code() {
         for code in [
             ErrorCode::Overloaded,
+            ErrorCode::Unavailable,
             ErrorCode::ShuttingDown,
             ErrorCode::RateLimited,
         ] {

@@ -46,6 +46,11 @@ pub enum StorageError {
     /// redb reported a condition this crate's use of it should make impossible (a bug here).
     #[error("internal storage error: {0}")]
     Internal(String),
+    /// The store is a replica that cannot commit writes of its own now: this node is not the
+    /// cluster's primary, it was deposed, or the replicated log cannot be reached. Nothing of
+    /// the batch was applied; a client retries (on the primary).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
 }
 
 impl StorageError {
@@ -65,6 +70,7 @@ impl StorageError {
             StorageError::JobPanicked(_) => "job_panicked",
             StorageError::InvalidOptions(_) => "invalid_options",
             StorageError::Internal(_) => "storage_internal",
+            StorageError::Unavailable(_) => "unavailable",
         }
     }
 }
@@ -166,6 +172,7 @@ mod tests {
             StorageError::JobPanicked("x".into()),
             StorageError::InvalidOptions("x".into()),
             StorageError::Internal("x".into()),
+            StorageError::Unavailable("x".into()),
         ];
         let mut codes: Vec<_> = all.iter().map(StorageError::code).collect();
         for code in &codes {

@@ -55,6 +55,7 @@ export const ERROR_CODES = {
   task_conflict: { http: 409, wsClose: null, retryable: true },
   trigger_depth_exceeded: { http: 400, wsClose: null, retryable: false },
   overloaded: { http: 503, wsClose: null, retryable: true },
+  unavailable: { http: 503, wsClose: null, retryable: true },
   shutting_down: { http: 503, wsClose: null, retryable: true },
   storage_closed: { http: 503, wsClose: null, retryable: true },
   storage_io: { http: 500, wsClose: null, retryable: true },
