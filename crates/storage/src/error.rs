@@ -149,7 +149,7 @@ from_redb!(
 pub(crate) fn commit_error(err: StorageError) -> StorageError {
     match err {
         StorageError::Io(_) | StorageError::Corrupted(_) | StorageError::Closed => err,
-        StorageError::Commit(_) => err,
+        StorageError::Commit(_) | StorageError::Unavailable(_) => err,
         other => StorageError::Commit(other.to_string()),
     }
 }

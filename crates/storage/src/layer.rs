@@ -42,6 +42,11 @@ pub(crate) struct Changes {
     maps: [TableMap; TABLE_COUNT],
     /// Index writes not yet in `maps`, oldest first (a later write of a key wins).
     appended: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// A job of the batch that succeeded wrote something of its own (not a replicated record):
+    /// a replicated store must replicate the batch.
+    pub(crate) local: bool,
+    /// A job of the batch applied a replicated record (`replication.rs`).
+    pub(crate) from_log: bool,
 }
 
 /// The one table whose writes go to [`Changes::appended`].
@@ -150,6 +155,9 @@ pub(crate) struct Layer {
     /// `changes.bytes()` and the filters, counted once.
     pub(crate) bytes: usize,
     pub(crate) created: Instant,
+    /// The batch's replication index, when it must go through the store's `Replicator` before
+    /// the local log (a batch of its own on a replicated store).
+    pub(crate) replicate: Option<u64>,
 }
 
 impl Layer {
@@ -176,6 +184,7 @@ impl Layer {
             filter_hashes,
             changes,
             created: Instant::now(),
+            replicate: None,
         }
     }
 

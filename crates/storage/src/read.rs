@@ -70,6 +70,31 @@ impl ReadTxn {
         Ok(ReadRange { inner })
     }
 
+    /// A digest of every entry of every table (64-bit FNV-1a over table, key and value, in key
+    /// order): equal stores have equal digests wherever their entries are placed (B-tree, runs,
+    /// layers). Reads everything; for tests and cluster checks, not for hot paths.
+    pub fn digest(&self) -> Result<u64, StorageError> {
+        const PRIME: u64 = 0x0100_0000_01b3;
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                hash ^= u64::from(b);
+                hash = hash.wrapping_mul(PRIME);
+            }
+        };
+        for table in Table::ALL {
+            for entry in self.range::<&[u8]>(table, ..)? {
+                let (key, value) = entry?;
+                eat(&[table.index() as u8]);
+                eat(&(key.len() as u64).to_le_bytes());
+                eat(&key);
+                eat(&(value.len() as u64).to_le_bytes());
+                eat(&value);
+            }
+        }
+        Ok(hash)
+    }
+
     /// The number of entries in `table`. Constant time in redb, plus one lookup per key written
     /// since the last checkpoint.
     pub fn len(&self, table: Table) -> Result<u64, StorageError> {

@@ -30,6 +30,8 @@ pub const FILE_NAME: &str = "herald.redb";
 pub struct Store {
     shared: Arc<Shared>,
     after_batch: Arc<std::sync::OnceLock<crate::writer::AfterBatch>>,
+    /// Set on a replicated store (`replication.rs`).
+    replicator: crate::writer::ReplicatorSlot,
     // `None` once closing has begun; dropping the sender is what tells the writer to finish.
     queue: Option<SyncSender<Msg>>,
     /// Background jobs; bounded like the foreground queue.
@@ -125,7 +127,9 @@ impl Store {
         let (background, background_rx) = mpsc::sync_channel(options.background_queue_max);
         let writer_sleeping = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let after_batch = Arc::new(std::sync::OnceLock::new());
+        let replicator: crate::writer::ReplicatorSlot = Arc::default();
         let writer = Writer {
+            replicator: replicator.clone(),
             after_batch: after_batch.clone(),
             sleeping: writer_sleeping.clone(),
             lanes: Lanes::new(
@@ -133,7 +137,7 @@ impl Store {
                 Duration::from_millis(options.background_batch_ms_max),
             ),
             shared: shared.clone(),
-            log: LogThread::spawn(wal, metrics.clone())?,
+            log: LogThread::spawn(wal, metrics.clone(), replicator.clone())?,
             channels: Channels {
                 queue: receiver,
                 background: background_rx,
@@ -166,6 +170,7 @@ impl Store {
             }
         };
         Ok(Store {
+            replicator,
             after_batch,
             shared,
             queue: Some(queue),
@@ -176,6 +181,13 @@ impl Store {
             metrics,
             write_queue_max: options.write_queue_max,
         })
+    }
+
+    /// Makes this a replicated store: from now on every batch of its own goes through
+    /// `replicator` before the local log (see `replication.rs`). Set it before submitting any
+    /// job; only the first call counts (returns false for later ones).
+    pub fn set_replicator(&self, replicator: Arc<dyn crate::Replicator>) -> bool {
+        self.replicator.set(replicator).is_ok()
     }
 
     /// Sets what runs on the writer thread after the commit hooks of each batch that had any

@@ -42,6 +42,10 @@ pub struct WriteTxn<'a> {
     /// a write (rare inside write jobs: index builds) and dropped by the next write.
     appended_map: OnceCell<TableMap>,
     hooks: Vec<Hook>,
+    /// The job wrote something (see `Changes::local`).
+    wrote: bool,
+    /// The job applied a replicated record (`replication::apply_record`).
+    from_log: bool,
 }
 
 impl<'a> WriteTxn<'a> {
@@ -53,13 +57,25 @@ impl<'a> WriteTxn<'a> {
             undo: Vec::new(),
             appended_map: OnceCell::new(),
             hooks: Vec::new(),
+            wrote: false,
+            from_log: false,
         }
+    }
+
+    /// Says that this job's writes are a replicated record's, not the store's own.
+    pub(crate) fn mark_from_log(&mut self) {
+        self.from_log = true;
     }
 
     /// Ends the job: keeps its writes and returns its hooks if it succeeded, else restores the
     /// batch as it was before the job and drops the hooks.
     pub(crate) fn finish(self, ok: bool) -> Vec<Hook> {
         if ok {
+            if self.from_log {
+                self.batch.from_log = true;
+            } else if self.wrote {
+                self.batch.local = true;
+            }
             return self.hooks;
         }
         self.batch.truncate_appended(self.appended_at_start);
@@ -78,6 +94,7 @@ impl<'a> WriteTxn<'a> {
     }
 
     fn write(&mut self, table: Table, key: Vec<u8>, value: Option<Vec<u8>>) {
+        self.wrote = true;
         if table == APPENDED_TABLE {
             self.appended_map.take();
             self.batch.append(key, value);

@@ -44,7 +44,12 @@ pub(crate) struct Writer {
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// The number the next batch that writes something gets.
     pub(crate) next_batch: u64,
+    /// Set on a replicated store (see `replication.rs`); the log thread holds it too.
+    pub(crate) replicator: ReplicatorSlot,
 }
+
+/// The store's [`Replicator`](crate::Replicator), once set.
+pub(crate) type ReplicatorSlot = Arc<std::sync::OnceLock<Arc<dyn crate::Replicator>>>;
 
 /// A batch whose jobs have run and whose fate is not yet known: its record may be with the
 /// log thread.
@@ -241,6 +246,11 @@ impl Writer {
             batch.error = Some(err);
             return batch;
         }
+        if in_flight.as_ref().is_some_and(|b| b.error.is_some()) {
+            // Known to fail (a replica's refusal): no new job may read what it wrote.
+            let failed = in_flight.take().expect("checked");
+            let _ = self.finish(failed, None, volatile_since);
+        }
         let pending = in_flight.as_ref().and_then(|b| b.layer.as_ref());
         let snapshot = self.shared.snapshot_with(pending);
         let mut changes = Changes::default();
@@ -271,11 +281,31 @@ impl Writer {
         // Only jobs taken up front can be left unrun (a failure stops pulling background jobs).
         batch.unrun.extend(jobs);
         batch.size = (batch.ran.len() + batch.unrun.len()) as u64;
-        drop(snapshot);
         if changes.is_empty() || batch.error.is_some() {
             return batch;
         }
-        let layer = Arc::new(Layer::new(self.next_batch, changes));
+        // A replicated store's own batch carries the next replication index.
+        let mut replicate = None;
+        if changes.local && self.replicator.get().is_some() {
+            let mut view = WriteTxn::new(&snapshot, &mut changes);
+            let stamped = crate::replication::stamp(&view).and_then(|index| {
+                view.put_u64(crate::Table::Meta, crate::STAMP_KEY, index + 1)?;
+                Ok(index + 1)
+            });
+            let ok = stamped.is_ok();
+            let _ = view.finish(ok);
+            match stamped {
+                Ok(index) => replicate = Some(index),
+                Err(err) => {
+                    batch.error = Some(err);
+                    return batch;
+                }
+            }
+        }
+        drop(snapshot);
+        let mut layer = Layer::new(self.next_batch, changes);
+        layer.replicate = replicate;
+        let layer = Arc::new(layer);
         self.next_batch += 1;
         let request = LogRequest::Append {
             layer: layer.clone(),
@@ -336,7 +366,15 @@ impl Writer {
             }
             Err(err) => {
                 let err = commit_error(err);
-                self.shared.fail(err.clone());
+                if let StorageError::Unavailable(_) = err {
+                    // A replica's refusal: the batch was neither logged nor published, so the
+                    // store is as it was before it, and its number is free again.
+                    if let Some(layer) = &batch.layer {
+                        self.next_batch = self.next_batch.min(layer.batch);
+                    }
+                } else {
+                    self.shared.fail(err.clone());
+                }
                 for r in batch.ran {
                     (r.deliver)(Some(&err));
                 }

@@ -638,6 +638,25 @@ pub(crate) fn remove_stale_spare(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Hands a batch of a replicated store's own to its replicator, before the local log: only an
+/// accepted batch may reach the log (and so ever be replayed here).
+fn replicate(
+    replicator: &crate::writer::ReplicatorSlot,
+    layer: &Layer,
+    record: &mut Vec<u8>,
+) -> Result<(), StorageError> {
+    let (Some(index), Some(replicator)) = (layer.replicate, replicator.get()) else {
+        return Ok(());
+    };
+    record.clear();
+    encode(record, layer.batch, 0, &layer.changes);
+    let result = replicator.replicate(index, record);
+    if record.capacity() > BUFFER_KEEP_BYTES {
+        *record = Vec::new();
+    }
+    result
+}
+
 /// What the writer asks of the log thread.
 pub(crate) enum LogRequest {
     /// Log this batch, synced if `sync`.
@@ -658,13 +677,17 @@ pub(crate) struct LogThread {
 }
 
 impl LogThread {
-    pub(crate) fn spawn(wal: Wal, metrics: Arc<Metrics>) -> io::Result<LogThread> {
+    pub(crate) fn spawn(
+        wal: Wal,
+        metrics: Arc<Metrics>,
+        replicator: crate::writer::ReplicatorSlot,
+    ) -> io::Result<LogThread> {
         // The writer has at most one request outstanding while it prepares the next one.
         let (requests, receiver) = mpsc::sync_channel(2);
         let (sender, replies) = mpsc::channel();
         let handle = std::thread::Builder::new()
             .name("herald-wal".into())
-            .spawn(move || serve(wal, receiver, sender, &metrics))?;
+            .spawn(move || serve(wal, receiver, sender, &metrics, &replicator))?;
         Ok(LogThread {
             requests,
             replies,
@@ -678,32 +701,43 @@ fn serve(
     requests: Receiver<LogRequest>,
     replies: Sender<Result<(), StorageError>>,
     metrics: &Metrics,
+    replicator: &crate::writer::ReplicatorSlot,
 ) -> Result<(), StorageError> {
     let mut failed: Option<StorageError> = None;
+    let mut record = Vec::new();
     let on_disk = matches!(wal, Wal::File(_));
     for request in requests {
         let started = Instant::now();
         let result = match &failed {
             Some(err) => Err(err.clone()),
             None => match request {
-                LogRequest::Append { layer, sync } => {
-                    wal.append(layer.batch, &layer.changes, sync).map(|bytes| {
-                        metrics.log_appended(bytes);
-                        if sync && on_disk {
+                LogRequest::Append { layer, sync } => replicate(replicator, &layer, &mut record)
+                    .and_then(|()| {
+                        wal.append(layer.batch, &layer.changes, sync)
+                            .map(|bytes| {
+                                metrics.log_appended(bytes);
+                                if sync && on_disk {
+                                    metrics.log_synced(started.elapsed());
+                                }
+                            })
+                            .map_err(StorageError::from)
+                    }),
+                LogRequest::Sync => wal
+                    .sync()
+                    .map(|()| {
+                        if on_disk {
                             metrics.log_synced(started.elapsed());
                         }
                     })
-                }
-                LogRequest::Sync => wal.sync().map(|()| {
-                    if on_disk {
-                        metrics.log_synced(started.elapsed());
-                    }
-                }),
-            }
-            .map_err(StorageError::from),
+                    .map_err(StorageError::from),
+            },
         };
-        if let Err(err) = &result {
-            failed.get_or_insert_with(|| err.clone());
+        match &result {
+            // A replica's refusal leaves the log as it was (`replication.rs`).
+            Err(StorageError::Unavailable(_)) | Ok(()) => {}
+            Err(err) => {
+                failed.get_or_insert_with(|| err.clone());
+            }
         }
         if replies.send(result).is_err() {
             break;
