@@ -213,7 +213,7 @@ pub use job::{Ticket, TicketFuture};
 pub use layer::ReadPoint;
 pub use metrics::{Histogram, HistogramSnapshot, MetricsSnapshot};
 pub use read::{ReadRange, ReadTxn};
-pub use replication::{apply_record, stamp, Applied, Replicator, STAMP_KEY};
+pub use replication::{apply_record, stamp, visit_record, Applied, Replicator, STAMP_KEY};
 pub use store::{Store, FILE_NAME};
 pub use tables::{decode_u64, encode_u64, Entry, Table, FORMAT_VERSION, TABLE_COUNT};
 pub use write::{WriteRange, WriteTxn};

@@ -79,6 +79,25 @@ pub fn apply_record(txn: &mut WriteTxn<'_>, record: &[u8]) -> Result<Applied, St
     })
 }
 
+/// Calls `f` for each put (`Some(value)`) and delete (`None`) of a record, in order, without
+/// applying anything; fails like [`apply_record`] on a record that does not check.
+pub fn visit_record<E: From<StorageError>>(
+    record: &[u8],
+    mut f: impl FnMut(Table, &[u8], Option<&[u8]>) -> Result<(), E>,
+) -> Result<(), E> {
+    let parsed = crate::wal::parse(record, 0)
+        .filter(|r| r.end == record.len())
+        .ok_or_else(|| StorageError::Corrupted("a replicated record does not check".into()))?;
+    let mut result = Ok(());
+    crate::wal::decode(parsed.body, |table, key, value| {
+        if result.is_ok() {
+            result = f(table, key, value);
+        }
+        Ok(())
+    })?;
+    result
+}
+
 /// The replication index a store (or a job's view of it) holds: 0 before any replicated batch.
 pub fn stamp(txn: &WriteTxn<'_>) -> Result<u64, StorageError> {
     Ok(txn.get_u64(Table::Meta, STAMP_KEY)?.unwrap_or(0))

@@ -148,6 +148,12 @@ impl Db {
     ) -> Result<T, DbError> {
         let inner = Arc::clone(&self.inner);
         let ticket = self.inner.store.submit(move |txn: &mut WriteTxn<'_>| {
+            if !inner.writable.load(std::sync::atomic::Ordering::Acquire) {
+                // The change would be in memory before the log refused the batch.
+                return Err(DbError::Storage(herald_storage::StorageError::Unavailable(
+                    "this node is not the primary".into(),
+                )));
+            }
             let mut cat = inner.catalog.write().expect("catalog lock");
             let mut next = cat.clone();
             let out = change(&mut next)?;

@@ -6,6 +6,7 @@
 
 mod collections;
 mod indexes;
+mod replica;
 mod submit;
 mod system;
 mod triggers;
@@ -13,13 +14,13 @@ mod triggers;
 pub use collections::COLLECTIONS_LIST_MAX;
 pub use indexes::IndexListing;
 
-use crate::catalog::{Catalog, IndexState};
+use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::commitlog::{self, LogRead, LogRetention};
 use crate::error::DbError;
 use crate::exec::{execute, Examined};
 use crate::feed::Feed;
-use crate::indexer::{composite_index_name, field_index_name, STRING_KEY_BYTES_MAX};
+use crate::indexer::STRING_KEY_BYTES_MAX;
 use crate::layout::{decode_doc, doc_key, META_CATALOG, META_SEQ};
 use crate::mutations::MutationRetention;
 use crate::names::{check_collection, check_segment};
@@ -107,6 +108,11 @@ pub(crate) struct Inner {
     pub(crate) triggers: Registry,
     /// Commit times and the ages retention and trigger status compare with.
     pub(crate) clock: Clock,
+    /// Told when an applied record changes a system record (`replica.rs`).
+    pub(crate) system_change: std::sync::OnceLock<replica::SystemChange>,
+    /// False on a replica that is not the primary (`replica.rs`): jobs that change in-memory
+    /// state inside the job (the catalog's) refuse to run, since the log would refuse them.
+    pub(crate) writable: std::sync::atomic::AtomicBool,
 }
 
 /// What runs after a commit that changed documents, on the writer thread in commit order:
@@ -137,9 +143,21 @@ pub(crate) fn publish_hook(
 
 impl Db {
     pub fn open(dir: &Path, options: DbOptions) -> Result<Db, DbError> {
+        Db::open_with(dir, options, None)
+    }
+
+    fn open_with(
+        dir: &Path,
+        options: DbOptions,
+        replicator: Option<Arc<dyn herald_storage::Replicator>>,
+    ) -> Result<Db, DbError> {
         let mut store_opts = options.store.clone();
         store_opts.durability = options.durability;
         let store = Store::open(dir, store_opts)?;
+        let replica = replicator.is_some();
+        if let Some(replicator) = replicator {
+            store.set_replicator(replicator);
+        }
         let read = store.read()?;
         let seq = read.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0);
         // A new store cuts long strings in index entries; a store that already has commits
@@ -161,22 +179,7 @@ impl Db {
         };
         let triggers = crate::triggers::load(&read)?;
         drop(read);
-        let pending: Vec<(String, String)> = catalog
-            .collections
-            .iter()
-            .flat_map(|(c, cc)| {
-                let composites = cc
-                    .composites
-                    .iter()
-                    .filter(|ci| ci.state == IndexState::Building)
-                    .map(move |ci| (c.clone(), composite_index_name(&ci.name)));
-                let fields = cc
-                    .building_fields
-                    .iter()
-                    .map(move |p| (c.clone(), field_index_name(p)));
-                composites.chain(fields).collect::<Vec<_>>()
-            })
-            .collect();
+        let pending = replica::pending_builds(&catalog);
         let db = Db {
             inner: Arc::new(Inner {
                 store,
@@ -197,6 +200,8 @@ impl Db {
                 },
                 triggers,
                 clock: options.clock.clone(),
+                system_change: Default::default(),
+                writable: std::sync::atomic::AtomicBool::new(!replica),
             }),
         };
         // One wake of the live feed's reader per batch, after the batch's commits are in it.
@@ -204,6 +209,10 @@ impl Db {
         // the last reference to the store it runs in.)
         let feed = Arc::clone(&db.inner.feed);
         db.inner.store.on_batch_published(move || feed.announce());
+        if replica {
+            // A replica writes nothing of its own until it is the primary (`Db::promoted`).
+            return Ok(db);
+        }
         if new_store {
             db.catalog_job(|_| Ok(()))?; // persists the key limit before any entry is written
         }

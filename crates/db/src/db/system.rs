@@ -8,7 +8,7 @@ use crate::error::DbError;
 use herald_storage::{Table, WriteTxn};
 use serde_json::Value;
 
-const META_SYSTEM_PREFIX: &[u8] = b"system\0";
+pub(super) const META_SYSTEM_PREFIX: &[u8] = b"system\0";
 
 fn system_key(name: &str) -> Vec<u8> {
     let mut k = META_SYSTEM_PREFIX.to_vec();
