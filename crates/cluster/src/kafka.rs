@@ -1,0 +1,152 @@
+//! Talking to Kafka: the topics a cluster uses (created if missing), and the client
+//! configurations of its producer and consumers, in one place so their timeouts agree.
+
+use crate::ClusterOptions;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::RDKafkaErrorCode;
+use std::time::Duration;
+
+/// The largest storage batch the log takes (the topic's `max.message.bytes`): a transaction
+/// bigger than this cannot commit in cluster mode.
+pub const RECORD_BYTES_MAX: usize = 64 << 20;
+
+/// The cluster's topic names.
+#[derive(Debug, Clone)]
+pub struct Topics {
+    /// The replicated log: one partition, every batch and claim in order.
+    pub log: String,
+    /// One partition; the member of the group `leader` it is assigned to may claim.
+    pub leader: String,
+    /// Compacted, one partition: each node's latest status, keyed by node id.
+    pub nodes: String,
+}
+
+impl Topics {
+    pub fn new(cluster: &str) -> Topics {
+        Topics {
+            log: format!("{cluster}.log"),
+            leader: format!("{cluster}.leader"),
+            nodes: format!("{cluster}.nodes"),
+        }
+    }
+}
+
+/// The settings every client shares.
+pub(crate) fn base(opts: &ClusterOptions) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &opts.bootstrap)
+        .set("client.id", format!("herald-{}", opts.node_id))
+        .set("socket.keepalive.enable", "true")
+        .set("reconnect.backoff.max.ms", "1000")
+        .set("log_level", "3");
+    c
+}
+
+/// The producer of log records: durable in every in-sync replica before it reports delivery,
+/// idempotent (a retry is never a second copy, and order is kept), and bounded in time.
+pub(crate) fn producer(opts: &ClusterOptions) -> ClientConfig {
+    let mut c = base(opts);
+    c.set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "0")
+        .set(
+            "message.max.bytes",
+            (RECORD_BYTES_MAX + (1 << 20)).to_string(),
+        )
+        .set(
+            "message.timeout.ms",
+            opts.write_timeout.as_millis().to_string(),
+        )
+        .set("queue.buffering.max.messages", "10000");
+    c
+}
+
+/// A reader of one partition from an offset it chooses (no group, no committed offsets).
+pub(crate) fn reader(opts: &ClusterOptions, what: &str) -> ClientConfig {
+    let mut c = base(opts);
+    c.set(
+        "group.id",
+        format!("{}.{what}.{}", opts.cluster, opts.node_id),
+    )
+    .set("enable.auto.commit", "false")
+    .set("enable.auto.offset.store", "false")
+    .set("auto.offset.reset", "earliest")
+    .set("fetch.wait.max.ms", "10")
+    .set("fetch.max.bytes", (RECORD_BYTES_MAX * 2).to_string())
+    .set(
+        "max.partition.fetch.bytes",
+        (RECORD_BYTES_MAX + (1 << 20)).to_string(),
+    )
+    .set("enable.partition.eof", "true");
+    c
+}
+
+/// The member of the leadership group: its session timeout is the failover time's main part.
+pub(crate) fn elector(opts: &ClusterOptions) -> ClientConfig {
+    let mut c = base(opts);
+    let session = opts.session_timeout.as_millis().max(500);
+    c.set("group.id", format!("{}.leader", opts.cluster))
+        .set("enable.auto.commit", "false")
+        .set("session.timeout.ms", session.to_string())
+        .set("heartbeat.interval.ms", (session / 6).max(100).to_string())
+        .set("max.poll.interval.ms", "300000")
+        // Sticky: a node joining does not move the lead (and the primary role) elsewhere.
+        .set("partition.assignment.strategy", "cooperative-sticky");
+    c
+}
+
+/// Creates the cluster's topics that do not exist yet (an existing topic is left as the
+/// operator configured it).
+pub(crate) fn ensure_topics(opts: &ClusterOptions, topics: &Topics) -> Result<(), String> {
+    let (opts, topics) = (opts.clone(), topics.clone());
+    on_runtime(move || async move {
+        let admin: AdminClient<DefaultClientContext> = base(&opts)
+            .create()
+            .map_err(|e| format!("Kafka admin client: {e}"))?;
+        let rf = || TopicReplication::Fixed(opts.replication_factor);
+        let max_bytes = (RECORD_BYTES_MAX + (1 << 20)).to_string();
+        let new = [
+            NewTopic::new(&topics.log, 1, rf())
+                .set("max.message.bytes", &max_bytes)
+                .set("cleanup.policy", "delete"),
+            NewTopic::new(&topics.leader, 1, rf()),
+            NewTopic::new(&topics.nodes, 1, rf())
+                .set("cleanup.policy", "compact")
+                .set("segment.ms", "60000"),
+        ];
+        let admin_opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let results = admin
+            .create_topics(&new, &admin_opts)
+            .await
+            .map_err(|e| format!("creating the cluster's topics: {e}"))?;
+        for result in results {
+            match result {
+                Ok(_) => {}
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) => return Err(format!("creating topic {topic}: {code}")),
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Runs an admin future to completion on a thread of its own (callers may be inside an async
+/// runtime, where blocking on a nested one is refused).
+pub(crate) fn on_runtime<F, Fut, T>(f: F) -> T
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T>,
+    T: Send + 'static,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime")
+            .block_on(f())
+    })
+    .join()
+    .expect("the admin thread does not panic")
+}
