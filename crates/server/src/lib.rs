@@ -30,6 +30,12 @@ pub struct ServeConfig {
     pub triggers: triggers::TriggerOptions,
     /// Keys, tokens, rules; all `None`: no authentication (loopback only).
     pub auth: auth::AuthOptions,
+    /// Join this cluster instead of running alone (docs/cluster.md).
+    #[cfg(feature = "cluster")]
+    pub cluster: Option<herald_cluster::ClusterOptions>,
+    /// Built without cluster mode: always a single node.
+    #[cfg(not(feature = "cluster"))]
+    pub cluster: (),
 }
 
 /// Opens the database, binds, and serves until `shutdown` completes. Calls `on_bound` with the
@@ -39,12 +45,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_bound: impl FnOnce(SocketAddr),
 ) -> Result<(), String> {
-    let data = config.data.clone();
-    let opts = config.db.clone();
-    let db = tokio::task::spawn_blocking(move || Db::open(&data, opts))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot open the database in {}: {e}", config.data.display()))?;
+    let (db, node) = open(&config).await?;
     let (db2, auth_opts) = (db.clone(), config.auth.clone());
     let auth = tokio::task::spawn_blocking(move || auth::Auth::load(&db2, auth_opts))
         .await
@@ -58,6 +59,11 @@ pub async fn serve(
     let mut trigger_service = triggers::TriggerService::start(db.clone(), config.triggers.clone());
     let app = api::router(state);
     serve_http(listener, app, shutdown).await;
+    // Leave the cluster first: another node takes over at once.
+    #[cfg(feature = "cluster")]
+    drop(node);
+    #[cfg(not(feature = "cluster"))]
+    let () = node;
     // The engine holds a database handle; stop it (and drop ours) so the close below is the
     // last one and makes everything durable, in nosync mode too.
     tokio::task::spawn_blocking(move || {
@@ -70,6 +76,35 @@ pub async fn serve(
     .await
     .map_err(|e| e.to_string())?
     .map_err(|e| format!("closing the database: {e}"))
+}
+
+#[cfg(feature = "cluster")]
+type ClusterNode = Option<std::sync::Arc<herald_cluster::Node>>;
+#[cfg(not(feature = "cluster"))]
+type ClusterNode = ();
+
+/// Opens the database, alone or as a node of its cluster.
+async fn open(config: &ServeConfig) -> Result<(Db, ClusterNode), String> {
+    let data = config.data.clone();
+    let opts = config.db.clone();
+    #[cfg(feature = "cluster")]
+    if let Some(cluster) = config.cluster.clone() {
+        let (node, db) = tokio::task::spawn_blocking(move || {
+            herald_cluster::Node::start(cluster, &data, opts)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot join the cluster: {e}"))?;
+        return Ok((db, Some(std::sync::Arc::new(node))));
+    }
+    let db = tokio::task::spawn_blocking(move || Db::open(&data, opts))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot open the database in {}: {e}", config.data.display()))?;
+    #[cfg(feature = "cluster")]
+    return Ok((db, None));
+    #[cfg(not(feature = "cluster"))]
+    Ok((db, ()))
 }
 
 /// An HTTP/1 client must send a request's headers within this long, or its connection is

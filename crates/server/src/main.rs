@@ -151,7 +151,72 @@ enum Command {
         /// Time a webhook has to answer, in milliseconds.
         #[arg(long, default_value_t = herald::triggers::WEBHOOK_TIMEOUT_MS_DEFAULT)]
         webhook_timeout_ms: u64,
+        #[command(flatten)]
+        cluster: ClusterArgs,
     },
+}
+
+/// Cluster mode (docs/cluster.md); needs a build with `--features cluster`.
+#[derive(clap::Args, Debug)]
+struct ClusterArgs {
+    /// Join a cluster through these Kafka bootstrap servers (`host:port[,host:port...]`).
+    /// Without it Herald is a single node.
+    #[arg(long, value_name = "KAFKA_SERVERS")]
+    cluster: Option<String>,
+    /// The cluster's name: the prefix of its Kafka topics and groups.
+    #[arg(long, default_value = "herald", requires = "cluster")]
+    cluster_name: String,
+    /// This node's id, unique in the cluster (default: the listen address).
+    #[arg(long, requires = "cluster")]
+    node_id: Option<String>,
+    /// The URL other nodes reach this node's HTTP API at (default: http://<listen address>).
+    #[arg(long, requires = "cluster")]
+    advertise_url: Option<String>,
+    /// Replication factor of the topics the cluster creates (existing topics keep theirs).
+    #[arg(long, default_value_t = 1, requires = "cluster")]
+    replication_factor: i32,
+    /// How long a dead primary goes unnoticed (the leadership group's session timeout), in
+    /// milliseconds; the brokers' group.min.session.timeout.ms must allow it.
+    #[arg(long, default_value_t = 3000, requires = "cluster")]
+    session_timeout_ms: u64,
+    /// How long a write waits for the replicated log before failing with `unavailable`.
+    #[arg(long, default_value_t = 5000, requires = "cluster")]
+    write_timeout_ms: u64,
+}
+
+#[cfg(feature = "cluster")]
+fn cluster_options(
+    args: ClusterArgs,
+    listen: SocketAddr,
+    rules: bool,
+) -> Result<Option<herald_cluster::ClusterOptions>, String> {
+    let Some(bootstrap) = args.cluster else {
+        return Ok(None);
+    };
+    if rules {
+        return Err("--rules cannot be used with --cluster: install rules with PUT /v1/rules \
+                    (any node forwards it to the primary)"
+            .into());
+    }
+    let node_id = args.node_id.unwrap_or_else(|| listen.to_string());
+    let url = args
+        .advertise_url
+        .unwrap_or_else(|| format!("http://{listen}"));
+    let mut opts = herald_cluster::ClusterOptions::new(&bootstrap, &args.cluster_name, &node_id, &url);
+    opts.replication_factor = args.replication_factor.max(1);
+    opts.session_timeout = Duration::from_millis(args.session_timeout_ms.max(500));
+    opts.write_timeout = Duration::from_millis(args.write_timeout_ms.max(100));
+    Ok(Some(opts))
+}
+
+#[cfg(not(feature = "cluster"))]
+fn cluster_options(args: ClusterArgs, _listen: SocketAddr, _rules: bool) -> Result<(), String> {
+    match args.cluster {
+        None => Ok(()),
+        Some(_) => Err("this herald was built without cluster mode: build it with \
+                        `cargo build --release -p herald --features cluster` (docs/cluster.md)"
+            .into()),
+    }
 }
 
 fn read_file(what: &str, path: &PathBuf) -> Result<Vec<u8>, String> {
@@ -284,7 +349,15 @@ fn main() {
             trigger_time_ms,
             trigger_memory_mib,
             webhook_timeout_ms,
+            cluster,
         } => {
+            let cluster = match cluster_options(cluster, listen, rules.is_some()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("herald: {e}");
+                    std::process::exit(2);
+                }
+            };
             let auth = match auth_options(
                 admin_key_file,
                 jwt_secret_file,
@@ -331,6 +404,7 @@ fn main() {
                     ..Default::default()
                 },
                 auth,
+                cluster,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -189,6 +189,7 @@ impl Server {
             db,
             triggers,
             auth,
+            cluster: Default::default(),
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (bound_tx, bound_rx) = oneshot::channel::<SocketAddr>();
