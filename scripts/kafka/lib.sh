@@ -11,8 +11,9 @@
 KAFKA_VERSION=4.4.0
 KAFKA_HOME="${HERALD_KAFKA_HOME:-$HOME/.cache/herald/kafka-$KAFKA_VERSION}"
 KAFKA_LIBS="$KAFKA_HOME/libs"
-# 256 MB of heap is plenty for tests and benchmarks on loopback; overridable for big benchmarks.
-KAFKA_HEAP_OPTS="${HERALD_KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
+# 256 MB of heap is plenty for tests on loopback (Kafka serves from the page cache; RSS is
+# ~300 MB, mostly not heap); benchmarks that push volume may set HERALD_KAFKA_HEAP_OPTS.
+KAFKA_HEAP_OPTS="${HERALD_KAFKA_HEAP_OPTS:--Xms128m -Xmx256m}"
 
 kafka_die() { echo "scripts/kafka: $*" >&2; exit 1; }
 

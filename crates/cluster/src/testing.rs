@@ -151,7 +151,8 @@ impl Drop for KafkaCluster {
         let Some(dir) = &self.dir else { return };
         let stopped = run(Command::new(scripts_dir().join("stop")).arg(dir));
         if std::thread::panicking() {
-            // Keep the logs of a failed test.
+            // Keep the logs of a failed test (the `keep` file tells start's --owner watcher).
+            let _ = std::fs::write(dir.join("keep"), b"");
             eprintln!("Kafka cluster logs kept in {}", dir.display());
         } else if matches!(&stopped, Ok(out) if out.status.success()) {
             let _ = std::fs::remove_dir_all(dir);
