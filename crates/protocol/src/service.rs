@@ -150,7 +150,50 @@ pub struct DeadPurged {
     pub purged: u64,
 }
 
+/// `GET /v1/cluster`: the cluster as this node sees it. A single node (no cluster configured)
+/// answers one node, itself, as `primary`, with `cluster` null and `epoch` 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// The cluster's name (`--cluster`), `null` for a single node.
+    pub cluster: Option<String>,
+    /// This node's id.
+    pub node_id: String,
+    /// The current primary's epoch (0 before any claim, and for a single node).
+    pub epoch: u64,
+    /// The primary's node id, `null` when none is known.
+    pub primary: Option<String>,
+    pub nodes: Vec<NodeStatus>,
+}
+
+/// One node of [`ClusterStatus`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeStatus {
+    pub id: String,
+    /// Its HTTP base URL (`http://host:port`).
+    pub url: String,
+    pub role: NodeRole,
+    /// The last seq it applied (as last heard).
+    pub applied_seq: u64,
+    /// How many seqs it is behind the primary.
+    pub lag_seqs: u64,
+    /// How long ago this node last heard of it, in milliseconds (0 for itself).
+    pub last_seen_ms: u64,
+}
+
+/// A node's role in [`NodeStatus`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeRole {
+    Primary,
+    Follower,
+    /// No primary known, or taking over.
+    Candidate,
+}
+
 decode! {
+    ClusterStatus: "a cluster status";
     Health: "a health answer";
     CollectionList: "a collection listing";
     DocWritten: "a document write's answer";
