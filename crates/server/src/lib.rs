@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod cluster;
 pub mod notify_latency;
 pub mod state;
 pub mod triggers;
