@@ -55,6 +55,16 @@ pub struct TriggerService {
 impl TriggerService {
     /// Starts the dispatcher; it picks up tasks left in the queues by an earlier run at once.
     pub fn start(db: Db, opts: TriggerOptions) -> TriggerService {
+        TriggerService::start_in(db, opts, None)
+    }
+
+    /// [`start`](TriggerService::start) on a node of a cluster: tasks run only while `cluster`
+    /// says this node is the primary.
+    pub fn start_in(
+        db: Db,
+        opts: TriggerOptions,
+        cluster: Option<Arc<dyn crate::cluster::ClusterView>>,
+    ) -> TriggerService {
         let bell = Arc::new(Bell::default());
         let ring = bell.clone();
         db.triggers().set_listener(move || ring.ring());
@@ -72,6 +82,7 @@ impl TriggerService {
             done_tx,
             done_rx,
             scripts: scripts.clone(),
+            cluster,
         };
         let thread = std::thread::Builder::new()
             .name("herald-triggers".into())
