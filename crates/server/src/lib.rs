@@ -12,11 +12,13 @@ pub mod notify_latency;
 pub mod state;
 pub mod triggers;
 
+use cluster::ClusterView;
 use herald_db::{Db, DbOptions};
 use state::AppState;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Bounds of `herald serve --cache-mib`: below 16 MiB redb would mostly read pages from the
 /// file; the upper bound only catches a unit mistake (1 TiB).
@@ -40,6 +42,22 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_bound: impl FnOnce(SocketAddr),
 ) -> Result<(), String> {
+    serve_with(config, None, shutdown, on_bound).await
+}
+
+/// Makes this node's view of its cluster once the database is open (the replication needs the
+/// database; the server needs the view before it serves).
+pub type ClusterSetup = Box<dyn FnOnce(&Db) -> Result<Arc<dyn ClusterView>, String> + Send>;
+
+/// [`serve`] as a node of a cluster when `cluster` is given: writes are forwarded to the
+/// primary while this node is not it, and triggers run only on the primary (see
+/// `api::forward`, `triggers::dispatch`). `None` is [`serve`].
+pub async fn serve_with(
+    config: ServeConfig,
+    cluster: Option<ClusterSetup>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    on_bound: impl FnOnce(SocketAddr),
+) -> Result<(), String> {
     let data = config.data.clone();
     let opts = config.db.clone();
     let db = tokio::task::spawn_blocking(move || Db::open(&data, opts))
@@ -54,9 +72,17 @@ pub async fn serve(
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     on_bound(listener.local_addr().map_err(|e| e.to_string())?);
-    let state = AppState::new(db.clone(), auth);
+    let view = match cluster {
+        Some(setup) => Some(setup(&db)?),
+        None => None,
+    };
+    let mut state = AppState::new(db.clone(), auth);
+    if let Some(v) = &view {
+        state = state.with_cluster(v.clone());
+    }
     let live = state.live.clone();
-    let mut trigger_service = triggers::TriggerService::start(db.clone(), config.triggers.clone());
+    let mut trigger_service =
+        triggers::TriggerService::start_in(db.clone(), config.triggers.clone(), view);
     let app = api::router(state);
     serve_http(listener, app, shutdown).await;
     // The engine holds a database handle; stop it (and drop ours) so the close below is the
