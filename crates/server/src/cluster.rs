@@ -77,6 +77,22 @@ pub fn single_node_status(url: String, seq: u64) -> ClusterStatus {
 /// behind to serve the read, and says `unavailable` so the client retries (possibly elsewhere).
 pub const MIN_SEQ_WAIT: Duration = Duration::from_secs(5);
 
+/// Longest a forwarded write may take, from sending to the primary's last byte. Generous: a
+/// `/v1/bulk` body streams through the follower at the client's pace.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest to wait for a connection to the primary.
+pub const FORWARD_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The client that forwards writes to the primary (`api::forward`; one per server, so its
+/// connections to the primary are pooled).
+pub fn forward_client() -> reqwest::Client {
+    crate::http_client_builder()
+        .connect_timeout(FORWARD_CONNECT_TIMEOUT)
+        .timeout(FORWARD_TIMEOUT)
+        .build()
+        .expect("an HTTP client with default TLS-free settings builds")
+}
+
 /// Longest pause between two looks at the applied seq while waiting.
 const SEQ_POLL_MAX: Duration = Duration::from_millis(10);
 

@@ -35,7 +35,7 @@ impl AppState {
             auth: Arc::new(auth),
             notify_latency: Arc::default(),
             cluster: None,
-            forwarder: crate::api::forward::client(),
+            forwarder: crate::cluster::forward_client(),
         }
     }
 

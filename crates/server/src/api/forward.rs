@@ -25,28 +25,13 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use herald_protocol::ErrorCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Marks a request forwarded by a node (its value: that node's id).
 pub const FORWARDED_HEADER: &str = "herald-forwarded";
 
-/// Longest a forwarded write may take, from sending to the primary's last byte. Generous: a
-/// `/v1/bulk` body streams through the follower at the client's pace.
-pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
-/// Longest to wait for a connection to the primary.
-pub const FORWARD_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest answer of the primary read whole (to find its `seq`); write answers are small (a
 /// bulk answer lists at most 100 errors), so a bigger one is passed on without waiting.
 const ANSWER_BYTES_MAX: usize = 1 << 20;
-
-/// The forwarding client (one per server: its connections to the primary are pooled).
-pub fn client() -> reqwest::Client {
-    crate::http_client_builder()
-        .connect_timeout(FORWARD_CONNECT_TIMEOUT)
-        .timeout(FORWARD_TIMEOUT)
-        .build()
-        .expect("an HTTP client with default TLS-free settings builds")
-}
 
 /// Whether a request writes: every PUT, POST, PATCH and DELETE under `/v1/` except
 /// `POST /v1/query` (a read with a body).
