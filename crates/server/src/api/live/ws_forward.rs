@@ -115,7 +115,8 @@ impl Call<'_> {
             ))
         };
         let answer = rb.send().await.map_err(lost)?;
-        let ok = answer.status().is_success();
+        let status = answer.status();
+        let ok = status.is_success();
         let bytes = answer.bytes().await.map_err(lost)?;
         if ok {
             return CommitReply::decode(&bytes).map_err(|e| {
@@ -125,11 +126,16 @@ impl Call<'_> {
                 )
             });
         }
-        let body = ErrorBody::decode(&bytes).map_err(|e| {
-            ApiError::new(
+        let body = ErrorBody::decode(&bytes).map_err(|e| match status.is_server_error() {
+            // Not Herald's answer (a proxy in between, a node going down): try again later.
+            true => unavailable(format!(
+                "the primary ({}) answered HTTP {status} without a Herald error; retry",
+                self.base
+            )),
+            false => ApiError::new(
                 ErrorCode::Internal,
                 format!("the primary's error: {}", e.message),
-            )
+            ),
         })?;
         let d = body.error;
         let mut e = ApiError::new(d.code, d.message);
