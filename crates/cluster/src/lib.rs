@@ -21,7 +21,7 @@ mod reader;
 pub mod record;
 pub mod testing;
 
-pub use members::{role_of, NodeStatus, STATUS_INTERVAL};
+pub use members::{now_ms, role_of, NodeStatus, STATUS_INTERVAL};
 pub use node::{Node, Role, StartError};
 
 use std::time::Duration;

@@ -31,7 +31,8 @@ pub struct NodeStatus {
     pub kafka_error: Option<String>,
 }
 
-pub(crate) fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch (status timestamps).
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
