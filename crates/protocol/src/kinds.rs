@@ -10,8 +10,9 @@ use crate::{
     TriggerStatus, Write,
 };
 use crate::{
-    ClusterStatus, StateDigest, CollectionList, DeadPurged, DeadRetried, DocDeleted, DocUpdated, DocWritten,
-    ExemptionsSet, Health, IndexDropped, KeyCreated, KeyList, KeyRevoked, RulesSet, TriggerDeleted,
+    ClusterStatus, CollectionList, DeadPurged, DeadRetried, DocDeleted, DocUpdated, DocWritten,
+    ExemptionsSet, Health, IndexDropped, KeyCreated, KeyList, KeyRevoked, RulesSet, StateDigest,
+    TriggerDeleted,
 };
 use serde::Serialize;
 use serde_json::Value;

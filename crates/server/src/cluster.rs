@@ -49,6 +49,12 @@ pub trait ClusterView: Send + Sync + 'static {
     fn node_id(&self) -> String;
     /// The body of GET /v1/cluster.
     fn status(&self) -> ClusterStatus;
+    /// Writes a snapshot of this node's store for a node that starts from it
+    /// (`GET /v1/cluster/snapshot`; blocking: called off the async threads).
+    fn write_snapshot(&self, out: &mut dyn std::io::Write) -> Result<(), String> {
+        let _ = out;
+        Err("this node cannot give snapshots".into())
+    }
 }
 
 /// The node id a single node reports.

@@ -41,6 +41,10 @@ impl ClusterView for NodeView {
         self.node.node_id().to_string()
     }
 
+    fn write_snapshot(&self, out: &mut dyn std::io::Write) -> Result<(), String> {
+        self.node.write_snapshot(out).map(|_| ())
+    }
+
     fn status(&self) -> ClusterStatus {
         let now = herald_cluster::now_ms();
         let nodes = self.node.nodes();
@@ -65,7 +69,11 @@ impl ClusterView for NodeView {
                     } else {
                         now.saturating_sub(n.at_ms)
                     },
-                    applied_seq: if n.id == me { self.db.seq() } else { n.applied_seq },
+                    applied_seq: if n.id == me {
+                        self.db.seq()
+                    } else {
+                        n.applied_seq
+                    },
                     id: n.id,
                     url: n.url,
                 })

@@ -130,8 +130,20 @@ async fn open(config: &ServeConfig) -> Result<(Db, ClusterNode), String> {
     let opts = config.db.clone();
     #[cfg(feature = "cluster")]
     if let Some(cluster) = config.cluster.clone() {
+        let key = config.auth.admin_key.clone();
+        let runtime = tokio::runtime::Handle::current();
         let (node, db) = tokio::task::spawn_blocking(move || {
-            herald_cluster::Node::start(cluster, &data, opts)
+            use herald_cluster::{Node, StartError};
+            match Node::start(cluster.clone(), &data, opts.clone()) {
+                Err(StartError::NeedsSnapshot(why)) => {
+                    eprintln!("herald: {why}");
+                    Node::bootstrap(&cluster, &data, |url, file| {
+                        runtime.block_on(fetch_snapshot(url, key.as_deref(), file))
+                    })?;
+                    Node::start(cluster, &data, opts)
+                }
+                started => started,
+            }
         })
         .await
         .map_err(|e| e.to_string())?
@@ -146,6 +158,42 @@ async fn open(config: &ServeConfig) -> Result<(Db, ClusterNode), String> {
     return Ok((db, None));
     #[cfg(not(feature = "cluster"))]
     Ok((db, ()))
+}
+
+/// Downloads another node's snapshot (`GET /v1/cluster/snapshot`) into `file`.
+#[cfg(feature = "cluster")]
+async fn fetch_snapshot(
+    url: &str,
+    key: Option<&str>,
+    file: &std::path::Path,
+) -> Result<(), String> {
+    use futures_util::StreamExt;
+    use std::io::Write;
+    let url = format!("{}/v1/cluster/snapshot", url.trim_end_matches('/'));
+    let mut req = http_client().get(&url);
+    if let Some(key) = key {
+        req = req.bearer_auth(key);
+    }
+    let resp = req.send().await.map_err(|e| format!("{url}: {e}"))?;
+    if !resp.status().is_success() {
+        let status = resp.status();
+        return Err(format!(
+            "{url}: {status}: {}",
+            resp.text().await.unwrap_or_default()
+        ));
+    }
+    let mut out = std::io::BufWriter::new(
+        std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?,
+    );
+    let mut body = resp.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| format!("{url}: {e}"))?;
+        out.write_all(&chunk).map_err(|e| e.to_string())?;
+    }
+    out.into_inner()
+        .map_err(|e| e.to_string())?
+        .sync_all()
+        .map_err(|e| e.to_string())
 }
 
 /// An HTTP/1 client must send a request's headers within this long, or its connection is

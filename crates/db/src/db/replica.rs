@@ -131,6 +131,29 @@ impl Db {
     }
 }
 
+impl Db {
+    /// Calls `f` with every entry of every table at one snapshot, table by table in key order
+    /// (a node's snapshot for another to start from), and returns that snapshot's replication
+    /// index.
+    pub fn for_each_entry<E: From<DbError>>(
+        &self,
+        mut f: impl FnMut(Table, &[u8], &[u8]) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        let read = self.inner.store.read().map_err(DbError::from)?;
+        let index = read
+            .get_u64(Table::Meta, herald_storage::STAMP_KEY)
+            .map_err(DbError::from)?
+            .unwrap_or(0);
+        for table in Table::ALL {
+            for entry in read.range::<&[u8]>(table, ..).map_err(DbError::from)? {
+                let (key, value) = entry.map_err(DbError::from)?;
+                f(table, &key, &value)?;
+            }
+        }
+        Ok(index)
+    }
+}
+
 /// A store's digest at one snapshot ([`Db::state_digest`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateDigest {

@@ -51,6 +51,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/health", get(health))
         .route("/v1/cluster", get(cluster::status))
         .route("/v1/cluster/digest", get(cluster::digest))
+        .route("/v1/cluster/snapshot", get(cluster::snapshot))
         .route(
             "/v1/docs/{*path}",
             put(docs::put)
