@@ -207,3 +207,46 @@ fn a_node_the_log_no_longer_reaches_starts_from_a_snapshot() {
 fn nodes_write(nodes: &[Option<(Node, Db)>], i: usize, out: std::fs::File) -> Result<(), String> {
     nodes[i].as_ref().unwrap().0.write_snapshot(out).map(|_| ())
 }
+
+/// Kafka down: writes fail with `unavailable` within the write timeout (no hang), reads go on
+/// from the last applied state, and writes work again once Kafka is back.
+#[test]
+fn writes_fail_fast_while_kafka_is_down_and_resume_after() {
+    let kafka = KafkaCluster::start(1);
+    let cluster = unique_name("down");
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = ClusterOptions::new(kafka.bootstrap(), &cluster, "n0", "http://n0");
+    opts.write_timeout = Duration::from_secs(2);
+    let (node, db) = Node::start(opts, dir.path(), DbOptions::default()).unwrap();
+    assert!(node.wait_for_role(Role::Primary, Duration::from_secs(30)));
+    put(&db, "before", 1).unwrap();
+
+    kafka.kill_broker(0);
+    let started = Instant::now();
+    let err = put(&db, "during", 2).unwrap_err();
+    let took = started.elapsed();
+    eprintln!("a write with Kafka down failed after {took:?}: {err}");
+    assert_eq!(err.code(), "unavailable");
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    assert!(db.get("things", "before").unwrap().is_some(), "reads go on");
+    assert!(db.get("things", "during").unwrap().is_none());
+
+    kafka.restart_broker(0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let back = Instant::now();
+    loop {
+        match put(&db, "after", 3) {
+            Ok(_) => break,
+            Err(e) => {
+                assert_eq!(e.code(), "unavailable");
+                assert!(Instant::now() < deadline, "writes did not resume: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    eprintln!(
+        "writes resumed {:?} after the broker restarted",
+        back.elapsed()
+    );
+    assert!(db.get("things", "after").unwrap().is_some());
+}
