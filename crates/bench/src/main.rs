@@ -355,6 +355,9 @@ enum Command {
         /// The nodes' `--session-timeout-ms`: how long a dead primary goes unnoticed.
         #[arg(long, default_value_t = 3000)]
         session_timeout_ms: u64,
+        /// Seconds of unmeasured writes first, so the broker's JVM has compiled its hot code.
+        #[arg(long, default_value_t = 10)]
+        warmup_secs: u64,
         /// Writes: concurrent clients (closed loop, one request at a time each).
         #[arg(long, default_value_t = 64)]
         clients: usize,
@@ -691,6 +694,7 @@ fn main() {
             brokers,
             node_cpus,
             session_timeout_ms,
+            warmup_secs,
             clients,
             write_secs,
             search,
@@ -724,6 +728,7 @@ fn main() {
                 brokers: brokers as usize,
                 node_cpus,
                 session_timeout_ms,
+                warmup_secs,
                 writes: writes::WriteOptions {
                     clients,
                     secs: write_secs,

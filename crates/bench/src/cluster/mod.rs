@@ -37,6 +37,8 @@ pub struct ClusterBenchOptions {
     pub brokers: usize,
     pub node_cpus: Option<f64>,
     pub session_timeout_ms: u64,
+    /// Seconds of unmeasured writes to warm the broker's JVM up first (0: none).
+    pub warmup_secs: u64,
     pub writes: writes::WriteOptions,
     pub failover: failover::FailoverOptions,
     pub reads: reads::ReadOptions,
@@ -235,7 +237,7 @@ pub async fn run(opts: ClusterBenchOptions) -> Result<(), String> {
         "options": {
             "brokers": opts.brokers, "replication_factor": ctx.replication_factor,
             "node_cpus": opts.node_cpus, "session_timeout_ms": opts.session_timeout_ms,
-            "durability": "fsync",
+            "durability": "fsync", "warmup_secs": opts.warmup_secs,
             "writes": {"clients": opts.writes.clients, "secs": opts.writes.secs,
                        "search": opts.writes.search, "search_secs": opts.writes.search_secs,
                        "p99_max_ms": writes::P99_MAX_MS},
@@ -246,6 +248,9 @@ pub async fn run(opts: ClusterBenchOptions) -> Result<(), String> {
                       "sub_rate": opts.reads.sub_rate, "sub_secs": opts.reads.sub_secs},
         },
     });
+    if opts.warmup_secs > 0 {
+        writes::warm_up(&ctx, opts.writes.clients, opts.warmup_secs).await?;
+    }
     let mut csv = vec![CSV_HEADER.to_string()];
     let mut failover_csv = vec!["kill,killed,new_primary,failover_ms,rejoin_ms".to_string()];
     let mut any_busy = false;
@@ -280,6 +285,17 @@ pub async fn run(opts: ClusterBenchOptions) -> Result<(), String> {
                 print_load_header("configuration");
                 for r in &rows {
                     print_load_row(&r.name, &r.closed);
+                }
+                for r in &rows {
+                    if let Some((records, seqs)) = r.log {
+                        println!(
+                            "  {}: {} Kafka records ({:.0}/s), {:.1} writes per record",
+                            r.name,
+                            crate::harness::thousands(records),
+                            records as f64 / r.closed.secs.max(1e-9),
+                            seqs as f64 / records.max(1) as f64
+                        );
+                    }
                 }
                 for r in rows.iter().filter(|r| !r.probes.is_empty()) {
                     let at = r

@@ -76,8 +76,22 @@ pub struct Node {
     cgroup: Option<Cgroup>,
 }
 
-/// A free loopback port (bound and released: a node listens on it a moment later).
+/// A free loopback port below the ephemeral range (`ip_local_port_range`), where the
+/// benchmark's own outgoing connections never take it between this check and the node's bind,
+/// nor while a killed node is down.
 fn free_port() -> Result<u16, String> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let (from, to) = (low.saturating_sub(12_000).max(1_024), low);
+    let mut rng = fastrand::Rng::new();
+    for _ in 0..100 {
+        let port = rng.u16(from..to);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }

@@ -38,6 +38,9 @@ pub struct WriteRow {
     /// The search's probes (rate, result, passed) and the capacity found.
     pub probes: Vec<(u64, LoadResult, bool)>,
     pub capacity: Option<u64>,
+    /// Over the closed-loop run: Kafka data records the primary published and seqs (writes)
+    /// they carried, from `GET /v1/cluster/digest` before and after; `None` on a single node.
+    pub log: Option<(u64, u64)>,
 }
 
 impl WriteRow {
@@ -45,6 +48,11 @@ impl WriteRow {
         json!({
             "config": self.name,
             "closed_loop": self.closed.json(),
+            "kafka_records": self.log.map(|(records, seqs)| json!({
+                "records": records, "seqs": seqs,
+                "writes_per_record": seqs as f64 / records.max(1) as f64,
+                "records_per_sec": records as f64 / self.closed.secs.max(1e-9),
+            })),
             "search": (!self.probes.is_empty()).then(|| json!({
                 "p99_max_ms": P99_MAX_MS,
                 "capacity_per_sec": self.capacity,
@@ -75,15 +83,37 @@ fn passes(rate: u64, r: &LoadResult) -> bool {
     r.errors == 0 && r.per_sec() >= RATE_SHARE_MIN * rate as f64 && r.ms(0.99) <= P99_MAX_MS
 }
 
-/// Runs one configuration against `target` of `nodes`.
+/// The primary's replication index and seq (`GET /v1/cluster/digest`; it reads the whole
+/// store, so only between measurements).
+async fn log_position(client: &reqwest::Client, base: &str) -> Option<(u64, u64)> {
+    let v: Value = client
+        .get(format!("{base}/v1/cluster/digest"))
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    Some((v["index"].as_u64()?, v["seq"].as_u64()?))
+}
+
+/// Runs one configuration against `target` of `nodes` (`primary`: where the log position is
+/// read; `None` for a single node).
 async fn measure(
     ctx: &Ctx,
     opts: &WriteOptions,
     name: &str,
     nodes: &mut Nodes,
-    target: usize,
+    (target, primary): (usize, Option<usize>),
     search: bool,
 ) -> Result<WriteRow, String> {
+    let client = crate::harness::http_client();
+    let primary_base = primary.map(|p| nodes.nodes[p].base());
+    let log_before = match &primary_base {
+        Some(b) => log_position(&client, b).await,
+        None => None,
+    };
     let addr = nodes.nodes[target].addr;
     let pids = nodes.pids();
     let kafka = ctx.kafka_pids();
@@ -106,11 +136,20 @@ async fn measure(
     )
     .await;
     nodes.check_alive()?;
+    let log_after = match &primary_base {
+        Some(b) => log_position(&client, b).await,
+        None => None,
+    };
+    let log = match (log_before, log_after) {
+        (Some((i0, s0)), Some((i1, s1))) => Some((i1.saturating_sub(i0), s1.saturating_sub(s0))),
+        _ => None,
+    };
     let mut row = WriteRow {
         name: name.into(),
         closed,
         probes: Vec::new(),
         capacity: None,
+        log,
     };
     if search {
         let mut s = CapacitySearch::new(opts.search_start, opts.search_max, opts.bisect_steps);
@@ -156,7 +195,7 @@ pub async fn run(ctx: &Ctx, opts: &WriteOptions) -> Result<Vec<WriteRow>, String
             opts,
             "single node, no --cluster",
             &mut single,
-            0,
+            (0, None),
             false,
         )
         .await?,
@@ -165,7 +204,17 @@ pub async fn run(ctx: &Ctx, opts: &WriteOptions) -> Result<Vec<WriteRow>, String
 
     let mut one = Nodes::start(1, ctx.node_config(Some("w1"))).await?;
     let p = one.primary(&client, Duration::from_secs(60)).await?;
-    rows.push(measure(ctx, opts, "1 node --cluster", &mut one, p, opts.search).await?);
+    rows.push(
+        measure(
+            ctx,
+            opts,
+            "1 node --cluster",
+            &mut one,
+            (p, Some(p)),
+            opts.search,
+        )
+        .await?,
+    );
     drop(one);
 
     let mut three = Nodes::start(3, ctx.node_config(Some("w3"))).await?;
@@ -176,7 +225,7 @@ pub async fn run(ctx: &Ctx, opts: &WriteOptions) -> Result<Vec<WriteRow>, String
             opts,
             "3 nodes, to the primary",
             &mut three,
-            p,
+            (p, Some(p)),
             opts.search,
         )
         .await?,
@@ -189,7 +238,7 @@ pub async fn run(ctx: &Ctx, opts: &WriteOptions) -> Result<Vec<WriteRow>, String
                 opts,
                 "3 nodes, to a follower",
                 &mut three,
-                f,
+                (f, Some(p)),
                 opts.search,
             )
             .await?,
@@ -198,6 +247,36 @@ pub async fn run(ctx: &Ctx, opts: &WriteOptions) -> Result<Vec<WriteRow>, String
         eprintln!("[writes: followers do not forward writes in this build: no follower row]");
     }
     Ok(rows)
+}
+
+/// Writes for `secs` through a throwaway one-node cluster, unmeasured: a fresh broker's JVM
+/// spends its first tens of seconds compiling (the C1/C2 compiler threads took a quarter of
+/// a core in a first measured run), which would be charged to whichever part runs first.
+pub async fn warm_up(ctx: &Ctx, clients: usize, secs: u64) -> Result<(), String> {
+    let client = crate::harness::http_client();
+    let mut one = Nodes::start(1, ctx.node_config(Some("warmup"))).await?;
+    let p = one.primary(&client, Duration::from_secs(60)).await?;
+    eprintln!("[warm-up: {clients} clients, {secs} s on a one-node cluster, not measured]");
+    let r = load::run(
+        LoadSpec {
+            targets: vec![one.nodes[p].addr],
+            connections: clients,
+            rate: None,
+            secs: secs as f64,
+            make: put_maker("warmup".into()),
+            check: acked(),
+        },
+        &one.pids(),
+        &ctx.kafka_pids(),
+    )
+    .await;
+    one.check_alive()?;
+    eprintln!(
+        "[warm-up: {:.0} writes/s, broker {:.2} cores]",
+        r.per_sec(),
+        r.cpu.kafka
+    );
+    Ok(())
 }
 
 /// Whether follower `f` acknowledges a write (forwarding it to the primary).
@@ -212,9 +291,13 @@ pub async fn forwards(client: &reqwest::Client, nodes: &Nodes, f: usize) -> bool
 impl Ctx {
     /// The node configuration of a part: a single node without `--cluster` when `cluster` is
     /// `None`, else a cluster named after this run and `cluster`.
+    /// Each cluster gets a name of its own (a part may run more than once), so no cluster ever
+    /// meets another's topics.
     pub fn node_config(&self, cluster: Option<&str>) -> NodeConfig {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         NodeConfig {
-            cluster: cluster.map(|c| (self.bootstrap.clone(), format!("{}-{c}", self.run_name))),
+            cluster: cluster.map(|c| (self.bootstrap.clone(), format!("{}-{c}{n}", self.run_name))),
             replication_factor: self.replication_factor,
             session_timeout_ms: self.session_timeout_ms,
             cpus: self.node_cpus,
