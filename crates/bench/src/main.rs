@@ -374,8 +374,8 @@ enum Command {
         /// Search: highest rate tried.
         #[arg(long, default_value_t = 40_000)]
         search_max: u64,
-        /// Search: seconds per probe.
-        #[arg(long, default_value_t = 5)]
+        /// Search: seconds per probe (a short probe fails on one stall of the shared machine).
+        #[arg(long, default_value_t = 10)]
         search_secs: u64,
         /// Search: bisections between the last pass and the first fail.
         #[arg(long, default_value_t = 2)]

@@ -30,6 +30,9 @@ pub struct LoadResult {
     pub secs: f64,
     /// Latency in microseconds (from due time in open loop, from send in closed loop).
     pub hist: Histogram<u64>,
+    /// The slowest request of each second of the run (by when it was due), in microseconds:
+    /// where a tail comes from (one stall, or every second).
+    pub max_per_sec: Vec<u64>,
     pub cpu: CpuSplit,
 }
 
@@ -53,6 +56,7 @@ impl LoadResult {
             "latency_ms": {"p50": self.ms(0.5), "p99": self.ms(0.99), "max": self.max_ms(),
                            "n": self.hist.len()},
             "cpu_cores": self.cpu.json(),
+            "max_ms_per_second": self.max_per_sec.iter().map(|us| *us as f64 / 1000.0).collect::<Vec<_>>(),
             "cpu_us_per_op": {"nodes": self.cpu.nodes * self.secs * 1e6 / self.ok.max(1) as f64,
                               "kafka": self.cpu.kafka * self.secs * 1e6 / self.ok.max(1) as f64},
         })
@@ -149,6 +153,7 @@ pub async fn run(spec: LoadSpec, node_pids: &[u32], kafka_pids: &[u32]) -> LoadR
             let mut rng = fastrand::Rng::with_seed(c as u64 * 1_000_003 + 17);
             let mut conn = Conn::new(addr);
             let (mut ok, mut errors) = (0u64, 0u64);
+            let mut max_per_sec: Vec<u64> = Vec::new();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let due = match rate {
@@ -163,7 +168,13 @@ pub async fn run(spec: LoadSpec, node_pids: &[u32], kafka_pids: &[u32]) -> LoadR
                 let result = conn
                     .request(req.method, &req.path, req.body.as_deref())
                     .await;
-                let _ = hist.record(due.elapsed().as_micros().max(1) as u64);
+                let us = due.elapsed().as_micros().max(1) as u64;
+                let _ = hist.record(us);
+                let second = due.saturating_duration_since(start).as_secs() as usize;
+                if max_per_sec.len() <= second {
+                    max_per_sec.resize(second + 1, 0);
+                }
+                max_per_sec[second] = max_per_sec[second].max(us);
                 let good = matches!(&result, Ok(r) if check(r));
                 if good {
                     ok += 1;
@@ -184,14 +195,21 @@ pub async fn run(spec: LoadSpec, node_pids: &[u32], kafka_pids: &[u32]) -> LoadR
                     }
                 }
             }
-            (hist, ok, errors)
+            (hist, ok, errors, max_per_sec)
         }));
     }
     let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("histogram");
     let (mut ok, mut errors) = (0, 0);
+    let mut max_per_sec: Vec<u64> = Vec::new();
     for t in tasks {
-        let (h, o, e) = t.await.expect("load task");
+        let (h, o, e, m) = t.await.expect("load task");
         hist.add(h).expect("same bounds");
+        if max_per_sec.len() < m.len() {
+            max_per_sec.resize(m.len(), 0);
+        }
+        for (a, b) in max_per_sec.iter_mut().zip(m) {
+            *a = (*a).max(b);
+        }
         ok += o;
         errors += e;
     }
@@ -202,6 +220,7 @@ pub async fn run(spec: LoadSpec, node_pids: &[u32], kafka_pids: &[u32]) -> LoadR
         errors,
         secs,
         hist,
+        max_per_sec,
         cpu: before.until(&after),
     }
 }
