@@ -64,8 +64,9 @@ fn letters(rng: &mut fastrand::Rng, n: usize, out: &mut String) {
     out.extend((0..n).map(|_| rng.lowercase()));
 }
 
-/// A document of about 1 KB as JSON: nested objects, arrays, text and numbers.
-fn kilobyte_doc(rng: &mut fastrand::Rng, i: u64) -> Vec<u8> {
+/// A document of about 1 KB as JSON: nested objects, arrays, text and numbers (also what the
+/// `cluster` workload writes).
+pub fn kilobyte_doc(rng: &mut fastrand::Rng, i: u64) -> Vec<u8> {
     let mut s = String::with_capacity(1100);
     let _ = write!(s, r#"{{"n":{i},"name":""#);
     letters(rng, 16, &mut s);

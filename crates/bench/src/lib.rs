@@ -7,12 +7,14 @@
 //!   machine wait, latency histograms, SVG charts, the capacity search and a lean HTTP client.
 //! - One module per workload: [`http`] (inserts, point reads, range queries), [`live`]
 //!   (live-query notification latency and capacity), [`fanout`] (tweet fan-out: sync, Redis
-//!   queue, triggers), [`rockbench`] (data latency under ingestion), [`stream`] (stream
+//!   queue, triggers), [`cluster`] (cluster mode on Kafka: writes, failover, follower
+//!   reads), [`rockbench`] (data latency under ingestion), [`stream`] (stream
 //!   processor access patterns) and [`insert_load`] (db-layer inserts); [`ingest`] holds what
 //!   rockbench and stream share.
 //!
 //! Results and their history: `crates/bench/results/`; the summary: `docs/benchmarks.md`.
 
+pub mod cluster;
 pub mod fanout;
 pub mod harness;
 pub mod http;

@@ -65,6 +65,16 @@ enum ViaArg {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum PartArg {
+    /// Durable write throughput and ack latency: single node, 1 cluster node, 3 nodes.
+    Writes,
+    /// Time from SIGKILLing the primary to the new primary's first ack, over repeated kills.
+    Failover,
+    /// Range queries on a follower vs the primary; subscription latency on each.
+    Reads,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum PatternArg {
     Upserts,
     Copy,
@@ -321,6 +331,89 @@ enum Command {
         /// JSON output (default: target/bench-results/stream.json); charts next to it.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// Cluster mode on real Kafka brokers: durable writes (single node vs 1 and 3 cluster
+    /// nodes), failover time over repeated SIGKILLs of the primary, reads and subscriptions on
+    /// a follower vs the primary. Needs `herald` built with `--features cluster` (done first
+    /// when run by cargo), java and mvn (scripts/kafka installs the broker).
+    Cluster {
+        /// Parts to run, in order (comma-separated): writes, failover, reads.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "writes,failover,reads"
+        )]
+        parts: Vec<PartArg>,
+        /// Kafka brokers to start (1 or 3); the topics' replication factor is the same.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=3))]
+        brokers: u64,
+        /// CPU quota of each node in cores (a cgroup v1 `cpu.cfs_quota_us`, needs root), to
+        /// stand for a smaller machine per node; default: no limit.
+        #[arg(long)]
+        node_cpus: Option<f64>,
+        /// The nodes' `--session-timeout-ms`: how long a dead primary goes unnoticed.
+        #[arg(long, default_value_t = 3000)]
+        session_timeout_ms: u64,
+        /// Seconds of unmeasured writes first, so the broker's JVM has compiled its hot code.
+        #[arg(long, default_value_t = 10)]
+        warmup_secs: u64,
+        /// Writes: concurrent clients (closed loop, one request at a time each).
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        /// Writes: seconds per configuration.
+        #[arg(long, default_value_t = 10)]
+        write_secs: u64,
+        /// Writes: also search each cluster configuration's capacity (open loop, ack p99 <=
+        /// 50 ms, rate held within 5%, no errors).
+        #[arg(long)]
+        search: bool,
+        /// Search: first probe (writes/s).
+        #[arg(long, default_value_t = 2_500)]
+        search_start: u64,
+        /// Search: highest rate tried.
+        #[arg(long, default_value_t = 40_000)]
+        search_max: u64,
+        /// Search: seconds per probe (a short probe fails on one stall of the shared machine).
+        #[arg(long, default_value_t = 10)]
+        search_secs: u64,
+        /// Search: bisections between the last pass and the first fail.
+        #[arg(long, default_value_t = 2)]
+        bisect_steps: u32,
+        /// Failover: kills of the primary.
+        #[arg(long, default_value_t = 20)]
+        kills: u32,
+        /// Failover: writes/s of the background load.
+        #[arg(long, default_value_t = 100)]
+        failover_rate: u64,
+        /// Failover: longest wait for a new primary, in seconds.
+        #[arg(long, default_value_t = 60)]
+        failover_timeout_secs: u64,
+        /// Failover: pause after the killed node is back, before the next kill, in ms.
+        #[arg(long, default_value_t = 500)]
+        settle_ms: u64,
+        /// Reads: documents loaded for the range queries.
+        #[arg(long, default_value_t = 100_000)]
+        read_docs: u64,
+        /// Reads: concurrent query clients.
+        #[arg(long, default_value_t = 8)]
+        read_clients: usize,
+        /// Reads: seconds per target (primary, follower, all nodes).
+        #[arg(long, default_value_t = 5)]
+        read_secs: u64,
+        /// Reads: live subscriptions on each of a follower and the primary.
+        #[arg(long, default_value_t = 100)]
+        subs: u64,
+        /// Reads: writes/s to the primary while the subscriptions are measured.
+        #[arg(long, default_value_t = 1_000)]
+        sub_rate: u64,
+        /// Reads: seconds of those writes.
+        #[arg(long, default_value_t = 10)]
+        sub_secs: u64,
+        /// Directory of cluster.json, cluster.csv and failover.csv (default:
+        /// crates/bench/results/<UTC date>-cluster).
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
     },
     /// Durable inserts, point reads and an indexed range query through the HTTP API.
     Http {
@@ -595,6 +688,73 @@ fn main() {
                 out,
             };
             run_bench(herald_bench::stream::run(opts));
+        }
+        Command::Cluster {
+            parts,
+            brokers,
+            node_cpus,
+            session_timeout_ms,
+            warmup_secs,
+            clients,
+            write_secs,
+            search,
+            search_start,
+            search_max,
+            search_secs,
+            bisect_steps,
+            kills,
+            failover_rate,
+            failover_timeout_secs,
+            settle_ms,
+            read_docs,
+            read_clients,
+            read_secs,
+            subs,
+            sub_rate,
+            sub_secs,
+            out_dir,
+        } => {
+            use herald_bench::cluster::{failover, reads, writes, ClusterBenchOptions, Part};
+            herald_bench::harness::server::set_herald_features(&["cluster"]);
+            let opts = ClusterBenchOptions {
+                parts: parts
+                    .iter()
+                    .map(|p| match p {
+                        PartArg::Writes => Part::Writes,
+                        PartArg::Failover => Part::Failover,
+                        PartArg::Reads => Part::Reads,
+                    })
+                    .collect(),
+                brokers: brokers as usize,
+                node_cpus,
+                session_timeout_ms,
+                warmup_secs,
+                writes: writes::WriteOptions {
+                    clients,
+                    secs: write_secs,
+                    search,
+                    search_start,
+                    search_max,
+                    search_secs,
+                    bisect_steps,
+                },
+                failover: failover::FailoverOptions {
+                    kills,
+                    rate: failover_rate,
+                    timeout: Duration::from_secs(failover_timeout_secs),
+                    settle: Duration::from_millis(settle_ms),
+                },
+                reads: reads::ReadOptions {
+                    docs: read_docs,
+                    clients: read_clients,
+                    secs: read_secs,
+                    subs,
+                    sub_rate,
+                    sub_secs,
+                },
+                out_dir,
+            };
+            run_bench(herald_bench::cluster::run(opts));
         }
         Command::Http {
             clients,

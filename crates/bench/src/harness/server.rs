@@ -10,6 +10,7 @@
 //! first in the same profile, so a benchmark never measures a stale server.
 
 use super::Durability;
+use std::ffi::OsString;
 use std::io::BufRead;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -62,6 +63,15 @@ pub fn set_herald_path(path: PathBuf) {
     let _ = HERALD_ARG.set(path);
 }
 
+/// Cargo features the `herald` binary is built with when cargo started this process.
+static HERALD_FEATURES: OnceLock<Vec<&'static str>> = OnceLock::new();
+
+/// Builds `herald` with these cargo features (the `cluster` workload needs `cluster`); call
+/// before any server starts. A binary given with `--herald` or `HERALD_BIN` is used as it is.
+pub fn set_herald_features(features: &[&'static str]) {
+    let _ = HERALD_FEATURES.set(features.to_vec());
+}
+
 /// This executable. If it was rebuilt while running, Linux reports the old file as
 /// "PATH (deleted)"; the new file at PATH is used then.
 pub fn current_exe() -> Result<PathBuf, String> {
@@ -101,6 +111,13 @@ fn cargo_build_herald(profile_dir: &Path) -> Result<(), String> {
     let mut cmd = Command::new(cargo);
     cmd.args(["build", "-p", "herald"])
         .args(profile_args(profile_dir));
+    let features = HERALD_FEATURES
+        .get()
+        .map(|f| f.join(","))
+        .unwrap_or_default();
+    if !features.is_empty() {
+        cmd.args(["--features", &features]);
+    }
     if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
         cmd.current_dir(dir);
     }
@@ -108,7 +125,7 @@ fn cargo_build_herald(profile_dir: &Path) -> Result<(), String> {
         .status()
         .map_err(|e| format!("cargo build -p herald: {e}"))?;
     if !status.success() {
-        return Err(format!("cargo build -p herald: {status}"));
+        return Err(format!("cargo build -p herald {features}: {status}"));
     }
     Ok(())
 }
@@ -179,47 +196,20 @@ impl Server {
     /// once it listens. Its stderr is forwarded, prefixed `[herald serve]`.
     pub async fn start(opts: ServerOptions) -> Result<Server, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let mut command = Command::new(herald_exe()?);
-        command
-            .args(["serve", "--listen", "127.0.0.1:0", "--durability"])
-            .arg(durability_name(opts.durability))
-            .arg("--data")
-            .arg(dir.path().join("herald"));
+        let mut args: Vec<OsString> = ["serve", "--listen", "127.0.0.1:0", "--durability"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        args.push(durability_name(opts.durability).into());
+        args.push("--data".into());
+        args.push(dir.path().join("herald").into());
         if let Some(mib) = opts.cache_mib {
-            command.arg("--cache-mib").arg(mib.to_string());
+            args.extend(["--cache-mib".into(), mib.to_string().into()]);
         }
         if let Some(n) = opts.trigger_workers {
-            command.arg("--trigger-workers").arg(n.to_string());
+            args.extend(["--trigger-workers".into(), n.to_string().into()]);
         }
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start herald serve: {e}"))?;
-        let stderr = child.stderr.take().expect("piped stderr");
-        let proc = Proc::new("herald serve", child);
-        let (tx, rx) = tokio::sync::oneshot::channel::<String>();
-        // Keep draining the server's stderr (a full pipe would block it); pass on anything but
-        // the address line.
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                match line.strip_prefix("herald: listening on http://") {
-                    Some(addr) if tx.is_some() => {
-                        let _ = tx.take().expect("once").send(addr.to_string());
-                    }
-                    _ => eprintln!("[herald serve] {line}"),
-                }
-            }
-        });
-        let addr = match tokio::time::timeout(Duration::from_secs(60), rx).await {
-            Ok(Ok(a)) => a.parse().map_err(|e| format!("server address {a}: {e}"))?,
-            _ => return Err("herald serve did not start listening".into()),
-        };
+        let (proc, addr) = spawn_serve(&args, "herald serve", |_| {}).await?;
         Ok(Server {
             addr,
             proc,
@@ -240,6 +230,49 @@ impl Server {
     pub fn kill(self) {
         // Dropping the fields does both: `proc` kills, then `_dir` is removed.
     }
+}
+
+/// Starts `herald <args>` (a `serve` command line) and returns once it listens, with its
+/// address. `started` sees the child's pid at once (before it listens: a cgroup is joined
+/// then). Its stderr is forwarded, each line prefixed `[label]`; the address line is not.
+pub async fn spawn_serve(
+    args: &[OsString],
+    label: &str,
+    started: impl FnOnce(u32),
+) -> Result<(Proc, SocketAddr), String> {
+    let mut child = Command::new(herald_exe()?)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start herald serve: {e}"))?;
+    started(child.id());
+    let stderr = child.stderr.take().expect("piped stderr");
+    let proc = Proc::new("herald serve", child);
+    let (tx, rx) = tokio::sync::oneshot::channel::<String>();
+    let label = label.to_string();
+    // Keep draining the server's stderr (a full pipe would block it); pass on anything but
+    // the address line.
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            match line.strip_prefix("herald: listening on http://") {
+                Some(addr) if tx.is_some() => {
+                    let _ = tx.take().expect("once").send(addr.to_string());
+                }
+                _ => eprintln!("[{label}] {line}"),
+            }
+        }
+    });
+    let addr = match tokio::time::timeout(Duration::from_secs(60), rx).await {
+        Ok(Ok(a)) => a.parse().map_err(|e| format!("server address {a}: {e}"))?,
+        _ => return Err("herald serve did not start listening (its stderr is above)".into()),
+    };
+    Ok((proc, addr))
 }
 
 #[cfg(test)]
