@@ -66,8 +66,8 @@ pub fn set_herald_path(path: PathBuf) {
 /// Cargo features the `herald` binary is built with when cargo started this process.
 static HERALD_FEATURES: OnceLock<Vec<&'static str>> = OnceLock::new();
 
-/// Builds `herald` with these cargo features (the `cluster` workload needs `cluster`); call
-/// before any server starts. A binary given with `--herald` or `HERALD_BIN` is used as it is.
+/// Builds `herald` with these cargo features besides `cluster` (always on, see
+/// `cargo_build_herald`); call before any server starts. A binary given with `--herald` or `HERALD_BIN` is used as it is.
 pub fn set_herald_features(features: &[&'static str]) {
     let _ = HERALD_FEATURES.set(features.to_vec());
 }
@@ -111,10 +111,16 @@ fn cargo_build_herald(profile_dir: &Path) -> Result<(), String> {
     let mut cmd = Command::new(cargo);
     cmd.args(["build", "-p", "herald"])
         .args(profile_args(profile_dir));
-    let features = HERALD_FEATURES
-        .get()
-        .map(|f| f.join(","))
-        .unwrap_or_default();
+    // Always with the cluster feature (which changes nothing without `--cluster`): `scripts/test`
+    // builds everything with every feature, and a build with other features here would replace
+    // the `target/debug/herald` the cluster tests of the same run start.
+    let mut wanted = vec!["cluster"];
+    for f in HERALD_FEATURES.get().into_iter().flatten() {
+        if !wanted.contains(f) {
+            wanted.push(f);
+        }
+    }
+    let features = wanted.join(",");
     if !features.is_empty() {
         cmd.args(["--features", &features]);
     }
