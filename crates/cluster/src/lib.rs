@@ -9,6 +9,7 @@
 //! - `reader.rs`: follows the log: applies, promotes, demotes, claims, saves the position.
 //! - `election.rs`: the leadership group.
 //! - `members.rs`: node statuses for `GET /v1/cluster`.
+//! - `snapshot.rs`: a store as one file, for a node that starts where the log no longer reaches.
 //! - `kafka.rs`: topics and client configurations.
 //! - `testing.rs`: real Kafka brokers for tests and benchmarks.
 
@@ -19,9 +20,10 @@ mod members;
 mod node;
 mod reader;
 pub mod record;
+pub mod snapshot;
 pub mod testing;
 
-pub use members::{role_of, NodeStatus, STATUS_INTERVAL};
+pub use members::{now_ms, role_of, NodeStatus, STATUS_INTERVAL};
 pub use node::{Node, Role, StartError};
 
 use std::time::Duration;

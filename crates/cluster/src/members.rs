@@ -31,7 +31,8 @@ pub struct NodeStatus {
     pub kafka_error: Option<String>,
 }
 
-pub(crate) fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch (status timestamps).
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -104,6 +105,49 @@ pub(crate) fn run(shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// The URLs of the nodes (other than this one) that published a status in the last `within`,
+/// the primary first: read from the statuses topic for up to `wait`.
+pub(crate) fn recent_peers(
+    opts: &crate::ClusterOptions,
+    topics: &crate::kafka::Topics,
+    wait: Duration,
+) -> Vec<String> {
+    let Ok(consumer) = crate::kafka::reader(opts, "peers").create::<BaseConsumer>() else {
+        return Vec::new();
+    };
+    let mut tpl = TopicPartitionList::new();
+    if tpl
+        .add_partition_offset(&topics.nodes, 0, Offset::Beginning)
+        .is_err()
+        || consumer.assign(&tpl).is_err()
+    {
+        return Vec::new();
+    }
+    let mut latest: std::collections::BTreeMap<String, NodeStatus> = Default::default();
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                if let Some(s) = m
+                    .payload()
+                    .and_then(|p| serde_json::from_slice::<NodeStatus>(p).ok())
+                {
+                    latest.insert(s.id.clone(), s);
+                }
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => break,
+            _ => {}
+        }
+    }
+    let now = now_ms();
+    let mut peers: Vec<NodeStatus> = latest
+        .into_values()
+        .filter(|s| s.id != opts.node_id && now.saturating_sub(s.at_ms) < HISTORY_MS)
+        .collect();
+    peers.sort_by_key(|s| (s.role != "primary", std::cmp::Reverse(s.applied_index)));
+    peers.into_iter().map(|s| s.url).collect()
 }
 
 /// Whether `node` said, within the last `within`, that it is the primary of `epoch`: then a

@@ -237,6 +237,27 @@ impl Replicator for Commits {
     }
 }
 
+/// Fails with [`StartError::NeedsSnapshot`] if the log no longer holds the records after this
+/// node's position.
+fn check_reachable(shared: &Shared) -> Result<(), StartError> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = kafka::reader(&shared.opts, "check")
+        .create()
+        .map_err(|e| StartError::Kafka(format!("consumer: {e}")))?;
+    let (low, _) = consumer
+        .fetch_watermarks(&shared.topics.log, 0, Duration::from_secs(10))
+        .map_err(|e| StartError::Kafka(format!("reading the log's bounds: {e}")))?;
+    let st = shared.lock();
+    if st.offset < low {
+        return Err(StartError::NeedsSnapshot(format!(
+            "the log starts at offset {low} but this node's store ends at offset {} (batch {}): \
+             it starts from another node's snapshot",
+            st.offset, st.applied
+        )));
+    }
+    Ok(())
+}
+
 /// A running cluster node. Dropping it stops its threads (leaving the leadership group, so a
 /// primary that shuts down is replaced at once rather than after the session timeout).
 pub struct Node {
@@ -253,6 +274,11 @@ pub enum StartError {
     Db(#[from] herald_db::DbError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The log no longer reaches back to what this node's store holds (or it holds nothing and
+    /// the log's beginning is gone): it must start from another node's snapshot
+    /// ([`Node::bootstrap`]).
+    #[error("{0}")]
+    NeedsSnapshot(String),
 }
 
 impl Node {
@@ -301,6 +327,10 @@ impl Node {
                 st.log = log;
             }
         }
+        if let Err(e) = check_reachable(&shared) {
+            drop(db);
+            return Err(e);
+        }
         let _ = shared.db.set(db.clone());
         let mut threads = Vec::new();
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
@@ -322,6 +352,71 @@ impl Node {
             Box::new(move || crate::members::run(s)),
         )?);
         Ok((Node { shared, threads }, db))
+    }
+
+    /// Makes `dir` (whose store the log no longer reaches back to, or which is empty) hold a
+    /// snapshot of another node: finds the nodes that published a status recently, and calls
+    /// `fetch(url, file)` for each until one writes a snapshot of its store into `file`; then
+    /// moves the old store aside (`dir/replaced-<time>`) and installs the snapshot. `Node::start`
+    /// then starts after it.
+    pub fn bootstrap(
+        opts: &ClusterOptions,
+        dir: &Path,
+        mut fetch: impl FnMut(&str, &Path) -> Result<(), String>,
+    ) -> Result<crate::snapshot::SnapshotInfo, StartError> {
+        let topics = Topics::new(&opts.cluster);
+        let peers = crate::members::recent_peers(opts, &topics, Duration::from_secs(5));
+        if peers.is_empty() {
+            return Err(StartError::Kafka(
+                "no other node has published a status recently: nothing to take a snapshot from"
+                    .into(),
+            ));
+        }
+        std::fs::create_dir_all(dir)?;
+        let file = dir.join("snapshot.tmp");
+        let mut errors = Vec::new();
+        for url in peers {
+            match fetch(&url, &file) {
+                Ok(()) => {
+                    let aside = dir.join(format!("replaced-{}", crate::members::now_ms()));
+                    std::fs::create_dir_all(&aside)?;
+                    for entry in std::fs::read_dir(dir)? {
+                        let entry = entry?;
+                        let name = entry.file_name();
+                        let keep = name == "snapshot.tmp"
+                            || name.to_string_lossy().starts_with("replaced-");
+                        if !keep {
+                            std::fs::rename(entry.path(), aside.join(&name))?;
+                        }
+                    }
+                    let info = crate::snapshot::install(dir, &file).map_err(StartError::Kafka);
+                    let _ = std::fs::remove_file(&file);
+                    let info = info?;
+                    eprintln!(
+                        "herald cluster: installed a snapshot from {url}: batch {}, {} entries, \
+                         {} bytes (the old store is in {})",
+                        info.index,
+                        info.entries,
+                        info.bytes,
+                        aside.display()
+                    );
+                    return Ok(info);
+                }
+                Err(e) => errors.push(format!("{url}: {e}")),
+            }
+        }
+        Err(StartError::Kafka(format!(
+            "no node gave a snapshot: {}",
+            errors.join("; ")
+        )))
+    }
+
+    /// Writes a snapshot of this node's store to `out` (`GET /v1/cluster/snapshot`).
+    pub fn write_snapshot(
+        &self,
+        out: impl std::io::Write,
+    ) -> Result<crate::snapshot::SnapshotInfo, String> {
+        crate::snapshot::write(&self.shared.dir, self.shared.db(), out)
     }
 
     pub fn role(&self) -> Role {

@@ -31,21 +31,26 @@ const APPLYING_MAX: usize = 1024;
 /// How often the position is saved and the log's end measured.
 const TICK: Duration = Duration::from_millis(250);
 
-#[derive(Serialize, Deserialize)]
-struct Position {
-    offset: i64,
-    log: LogState,
+/// A place in the log and what the log says before it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Position {
+    pub(crate) offset: i64,
+    pub(crate) log: LogState,
+}
+
+/// The saved position, whatever the store holds.
+pub(crate) fn read_position(dir: &Path) -> Option<Position> {
+    serde_json::from_slice(&std::fs::read(dir.join(POSITION_FILE)).ok()?).ok()
 }
 
 /// The saved position, if any and if the store holds what it says (a store restored or
 /// wiped since has none).
 pub(crate) fn load_position(dir: &Path, applied: u64) -> Option<(i64, LogState)> {
-    let bytes = std::fs::read(dir.join(POSITION_FILE)).ok()?;
-    let p: Position = serde_json::from_slice(&bytes).ok()?;
+    let p = read_position(dir)?;
     (p.log.index <= applied).then_some((p.offset, p.log))
 }
 
-fn save_position(dir: &Path, offset: i64, log: &LogState) -> std::io::Result<()> {
+pub(crate) fn save_position(dir: &Path, offset: i64, log: &LogState) -> std::io::Result<()> {
     let tmp = dir.join(format!("{POSITION_FILE}.tmp"));
     let bytes = serde_json::to_vec(&Position {
         offset,
@@ -283,6 +288,13 @@ fn reap(shared: &Shared, f: &mut Follower, all: bool) -> Result<(), String> {
 }
 
 fn tick(shared: &Arc<Shared>, f: &mut Follower) -> Result<(), String> {
+    {
+        // Where the reader is now: saved once the store holds everything before it.
+        let st = shared.lock();
+        if f.marks.back().is_none_or(|(o, _)| *o < st.offset) {
+            f.marks.push_back((st.offset, st.log.clone()));
+        }
+    }
     save(shared, f);
     maybe_claim(shared, f);
     Ok(())

@@ -61,8 +61,8 @@ pub use catalog::{CompositeIndex, IndexField, IndexState};
 pub use clock::{Advanced, Clock};
 pub use commitlog::{LogRead, LOG_PRUNE_PER_COMMIT_MAX, LOG_PRUNE_RESCAN_EVERY};
 pub use db::{
-    Db, DbOptions, IndexListing, QueryOutcome, StoredDoc, BUILD_CHUNK_DOCS, COLLECTIONS_LIST_MAX,
-    COMPOSITE_INDEXES_MAX,
+    Db, DbOptions, IndexListing, QueryOutcome, StateDigest, StoredDoc, BUILD_CHUNK_DOCS,
+    COLLECTIONS_LIST_MAX, COMPOSITE_INDEXES_MAX,
 };
 pub use error::DbError;
 pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};

@@ -49,6 +49,10 @@ pub struct Subscribe {
     /// Resume after this seq instead of receiving an `initial`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<u64>,
+    /// Answer only once the node has applied this seq (read-your-writes on any node of a
+    /// cluster); past the server's bound, `unavailable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_seq: Option<u64>,
 }
 
 impl Subscribe {
@@ -80,6 +84,7 @@ members! {
     sub_member: "sub" => Option<String>;
     collection_member: "collection" => Option<String>;
     resume_from_member: "resumeFrom" => Option<u64>;
+    min_seq_member: "minSeq" => Option<u64>;
     req_member: "req" => Option<String>;
     writes_member: "writes" => Option<Vec<WriteItem>>;
     atomic_member: "atomic" => Option<bool>;
@@ -109,6 +114,8 @@ struct RawClientMessage {
     projection: Option<Value>,
     #[serde(default, deserialize_with = "resume_from_member")]
     resume_from: Option<u64>,
+    #[serde(default, deserialize_with = "min_seq_member")]
+    min_seq: Option<u64>,
     #[serde(default, deserialize_with = "req_member")]
     req: Option<String>,
     #[serde(default, deserialize_with = "writes_member")]
@@ -135,6 +142,7 @@ impl RawClientMessage {
         add(self.limit.is_some(), "limit");
         add(self.projection.is_some(), "projection");
         add(self.resume_from.is_some(), "resumeFrom");
+        add(self.min_seq.is_some(), "minSeq");
         add(self.req.is_some(), "req");
         add(self.writes.is_some(), "writes");
         add(self.atomic.is_some(), "atomic");
@@ -151,6 +159,7 @@ const SUBSCRIBE_MEMBERS: &[&str] = &[
     "limit",
     "projection",
     "resumeFrom",
+    "minSeq",
 ];
 
 impl TryFrom<RawClientMessage> for ClientMessage {
@@ -190,6 +199,7 @@ impl TryFrom<RawClientMessage> for ClientMessage {
                 limit: r.limit,
                 projection: r.projection,
                 resume_from: r.resume_from,
+                min_seq: r.min_seq,
             })),
             "unsubscribe" => ClientMessage::Unsubscribe {
                 sub: r.sub.ok_or_else(|| needs("sub"))?,

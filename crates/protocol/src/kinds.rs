@@ -10,8 +10,9 @@ use crate::{
     TriggerStatus, Write,
 };
 use crate::{
-    CollectionList, DeadPurged, DeadRetried, DocDeleted, DocUpdated, DocWritten, ExemptionsSet,
-    Health, IndexDropped, KeyCreated, KeyList, KeyRevoked, RulesSet, TriggerDeleted,
+    ClusterStatus, CollectionList, DeadPurged, DeadRetried, DocDeleted, DocUpdated, DocWritten,
+    ExemptionsSet, Health, IndexDropped, KeyCreated, KeyList, KeyRevoked, RulesSet, StateDigest,
+    TriggerDeleted,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -69,6 +70,8 @@ kinds! {
     HttpKey = "http.key",
     HttpSubscribe = "http.subscribe",
     HttpHealth = "http.health",
+    HttpClusterStatus = "http.clusterStatus",
+    HttpStateDigest = "http.stateDigest",
     HttpCollectionList = "http.collectionList",
     HttpDocWritten = "http.docWritten",
     HttpDocUpdated = "http.docUpdated",
@@ -178,6 +181,8 @@ pub fn round_trip(kind: Kind, v: Value) -> Result<Value, ProtocolError> {
         Kind::HttpKey => plain::<KeyBody>(v),
         Kind::HttpSubscribe => plain::<SubscribeParams>(v),
         Kind::HttpHealth => plain::<Health>(v),
+        Kind::HttpClusterStatus => plain::<ClusterStatus>(v),
+        Kind::HttpStateDigest => plain::<StateDigest>(v),
         Kind::HttpCollectionList => plain::<CollectionList>(v),
         Kind::HttpDocWritten => plain::<DocWritten>(v),
         Kind::HttpDocUpdated => plain::<DocUpdated>(v),

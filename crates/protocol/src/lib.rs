@@ -51,8 +51,8 @@ pub use server::{
     ChangeEvent, EventKind, ServerMessage, WriteError, WrittenFailed, WrittenOk, WrittenResult,
 };
 pub use service::{
-    CollectionInfo, CollectionList, DeadPurged, DeadRetried, DocDeleted, DocUpdated, DocWritten,
-    ExemptionsSet, Health, HealthStatus, IndexDropped, KeyCreated, KeyInfo, KeyList, KeyRevoked,
-    RulesSet, TriggerDeleted,
+    ClusterStatus, CollectionInfo, CollectionList, DeadPurged, DeadRetried, DocDeleted, DocUpdated,
+    DocWritten, ExemptionsSet, Health, HealthStatus, IndexDropped, KeyCreated, KeyInfo, KeyList,
+    KeyRevoked, NodeRole, NodeStatus, RulesSet, StateDigest, TriggerDeleted,
 };
 pub use write::{CommitBody, CommitReply, CommitResult, Write, WriteItem, WriteOp};

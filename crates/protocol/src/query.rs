@@ -12,9 +12,11 @@ use serde_json::Value;
 members! {
     collection_member: "collection" => String;
     explain_member: "explain" => Option<bool>;
+    min_seq_member: "minSeq" => Option<u64>;
 }
 
-/// `POST /v1/query`: `{"collection","filter"?,"sort"?,"skip"?,"limit"?,"projection"?,"explain"?}`.
+/// `POST /v1/query`: `{"collection","filter"?,"sort"?,"skip"?,"limit"?,"projection"?,"explain"?,
+/// "minSeq"?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueryBody {
@@ -36,6 +38,15 @@ pub struct QueryBody {
         skip_serializing_if = "Option::is_none"
     )]
     pub explain: Option<bool>,
+    /// Answer only once the node has applied this seq (read-your-writes on any node of a
+    /// cluster); past the server's bound, `unavailable`.
+    #[serde(
+        rename = "minSeq",
+        default,
+        deserialize_with = "min_seq_member",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub min_seq: Option<u64>,
 }
 
 impl Decode for QueryBody {
@@ -88,6 +99,9 @@ pub struct SubscribeParams {
     pub projection: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<String>,
+    /// JSON: a seq the node must have applied before the stream starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_seq: Option<String>,
 }
 
 impl Decode for SubscribeParams {

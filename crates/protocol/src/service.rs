@@ -150,7 +150,65 @@ pub struct DeadPurged {
     pub purged: u64,
 }
 
+/// `GET /v1/cluster`: the cluster as this node sees it. A single node (no cluster configured)
+/// answers one node, itself, as `primary`, with `cluster` null and `epoch` 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// The cluster's name (`--cluster`), `null` for a single node.
+    pub cluster: Option<String>,
+    /// This node's id.
+    pub node_id: String,
+    /// The current primary's epoch (0 before any claim, and for a single node).
+    pub epoch: u64,
+    /// The primary's node id, `null` when none is known.
+    pub primary: Option<String>,
+    pub nodes: Vec<NodeStatus>,
+}
+
+/// One node of [`ClusterStatus`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeStatus {
+    pub id: String,
+    /// Its HTTP base URL (`http://host:port`).
+    pub url: String,
+    pub role: NodeRole,
+    /// The last seq it applied (as last heard).
+    pub applied_seq: u64,
+    /// How many seqs it is behind the primary.
+    pub lag_seqs: u64,
+    /// How long ago this node last heard of it, in milliseconds (0 for itself).
+    pub last_seen_ms: u64,
+}
+
+/// `GET /v1/cluster/digest`: a digest of every table of this node's store and the replication
+/// index and seq it is at. Two nodes at the same index must have the same digest; tests and
+/// operators compare them (it reads the whole store: not for frequent polling).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StateDigest {
+    /// The replication index of the last batch the store holds (0 on a single node).
+    pub index: u64,
+    /// The last committed seq it holds.
+    pub seq: u64,
+    /// 16 hex digits.
+    pub digest: String,
+}
+
+/// A node's role in [`NodeStatus`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeRole {
+    Primary,
+    Follower,
+    /// No primary known, or taking over.
+    Candidate,
+}
+
 decode! {
+    ClusterStatus: "a cluster status";
+    StateDigest: "a state digest";
     Health: "a health answer";
     CollectionList: "a collection listing";
     DocWritten: "a document write's answer";

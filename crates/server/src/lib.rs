@@ -7,15 +7,20 @@
 
 pub mod api;
 pub mod auth;
+pub mod cluster;
+#[cfg(feature = "cluster")]
+mod cluster_node;
 pub mod notify_latency;
 pub mod state;
 pub mod triggers;
 
+use cluster::ClusterView;
 use herald_db::{Db, DbOptions};
 use state::AppState;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Bounds of `herald serve --cache-mib`: below 16 MiB redb would mostly read pages from the
 /// file; the upper bound only catches a unit mistake (1 TiB).
@@ -45,6 +50,22 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_bound: impl FnOnce(SocketAddr),
 ) -> Result<(), String> {
+    serve_with(config, None, shutdown, on_bound).await
+}
+
+/// Makes this node's view of its cluster once the database is open (the replication needs the
+/// database; the server needs the view before it serves).
+pub type ClusterSetup = Box<dyn FnOnce(&Db) -> Result<Arc<dyn ClusterView>, String> + Send>;
+
+/// [`serve`] as a node of a cluster when `cluster` is given: writes are forwarded to the
+/// primary while this node is not it, and triggers run only on the primary (see
+/// `api::forward`, `triggers::dispatch`). `None` is [`serve`].
+pub async fn serve_with(
+    config: ServeConfig,
+    cluster: Option<ClusterSetup>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    on_bound: impl FnOnce(SocketAddr),
+) -> Result<(), String> {
     let (db, node) = open(&config).await?;
     let (db2, auth_opts) = (db.clone(), config.auth.clone());
     let auth = tokio::task::spawn_blocking(move || auth::Auth::load(&db2, auth_opts))
@@ -54,9 +75,29 @@ pub async fn serve(
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     on_bound(listener.local_addr().map_err(|e| e.to_string())?);
-    let state = AppState::new(db.clone(), auth);
+    let view = match cluster {
+        Some(setup) => Some(setup(&db)?),
+        #[cfg(feature = "cluster")]
+        None => node
+            .as_ref()
+            .map(|n| cluster_node::view(n.clone(), db.clone())),
+        #[cfg(not(feature = "cluster"))]
+        None => None,
+    };
+    let mut state = AppState::new(db.clone(), auth);
+    if let Some(v) = &view {
+        state = state.with_cluster(v.clone());
+    }
+    // Keys and rules another node changed reach this one through replication.
+    let auth = state.auth.clone();
+    db.on_replicated_system_change(move |db, name| {
+        if let Err(e) = auth.reload_from_db(db, name) {
+            eprintln!("herald: taking up the replicated record {name}: {e}");
+        }
+    });
     let live = state.live.clone();
-    let mut trigger_service = triggers::TriggerService::start(db.clone(), config.triggers.clone());
+    let mut trigger_service =
+        triggers::TriggerService::start_in(db.clone(), config.triggers.clone(), view);
     let app = api::router(state);
     serve_http(listener, app, shutdown).await;
     // Leave the cluster first: another node takes over at once.
@@ -89,8 +130,20 @@ async fn open(config: &ServeConfig) -> Result<(Db, ClusterNode), String> {
     let opts = config.db.clone();
     #[cfg(feature = "cluster")]
     if let Some(cluster) = config.cluster.clone() {
+        let key = config.auth.admin_key.clone();
+        let runtime = tokio::runtime::Handle::current();
         let (node, db) = tokio::task::spawn_blocking(move || {
-            herald_cluster::Node::start(cluster, &data, opts)
+            use herald_cluster::{Node, StartError};
+            match Node::start(cluster.clone(), &data, opts.clone()) {
+                Err(StartError::NeedsSnapshot(why)) => {
+                    eprintln!("herald: {why}");
+                    Node::bootstrap(&cluster, &data, |url, file| {
+                        runtime.block_on(fetch_snapshot(url, key.as_deref(), file))
+                    })?;
+                    Node::start(cluster, &data, opts)
+                }
+                started => started,
+            }
         })
         .await
         .map_err(|e| e.to_string())?
@@ -105,6 +158,42 @@ async fn open(config: &ServeConfig) -> Result<(Db, ClusterNode), String> {
     return Ok((db, None));
     #[cfg(not(feature = "cluster"))]
     Ok((db, ()))
+}
+
+/// Downloads another node's snapshot (`GET /v1/cluster/snapshot`) into `file`.
+#[cfg(feature = "cluster")]
+async fn fetch_snapshot(
+    url: &str,
+    key: Option<&str>,
+    file: &std::path::Path,
+) -> Result<(), String> {
+    use futures_util::StreamExt;
+    use std::io::Write;
+    let url = format!("{}/v1/cluster/snapshot", url.trim_end_matches('/'));
+    let mut req = http_client().get(&url);
+    if let Some(key) = key {
+        req = req.bearer_auth(key);
+    }
+    let resp = req.send().await.map_err(|e| format!("{url}: {e}"))?;
+    if !resp.status().is_success() {
+        let status = resp.status();
+        return Err(format!(
+            "{url}: {status}: {}",
+            resp.text().await.unwrap_or_default()
+        ));
+    }
+    let mut out = std::io::BufWriter::new(
+        std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?,
+    );
+    let mut body = resp.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| format!("{url}: {e}"))?;
+        out.write_all(&chunk).map_err(|e| e.to_string())?;
+    }
+    out.into_inner()
+        .map_err(|e| e.to_string())?
+        .sync_all()
+        .map_err(|e| e.to_string())
 }
 
 /// An HTTP/1 client must send a request's headers within this long, or its connection is

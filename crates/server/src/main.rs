@@ -152,7 +152,7 @@ enum Command {
         #[arg(long, default_value_t = herald::triggers::WEBHOOK_TIMEOUT_MS_DEFAULT)]
         webhook_timeout_ms: u64,
         #[command(flatten)]
-        cluster: ClusterArgs,
+        cluster: Box<ClusterArgs>,
     },
 }
 
@@ -194,15 +194,18 @@ fn cluster_options(
         return Ok(None);
     };
     if rules {
-        return Err("--rules cannot be used with --cluster: install rules with PUT /v1/rules \
+        return Err(
+            "--rules cannot be used with --cluster: install rules with PUT /v1/rules \
                     (any node forwards it to the primary)"
-            .into());
+                .into(),
+        );
     }
     let node_id = args.node_id.unwrap_or_else(|| listen.to_string());
     let url = args
         .advertise_url
         .unwrap_or_else(|| format!("http://{listen}"));
-    let mut opts = herald_cluster::ClusterOptions::new(&bootstrap, &args.cluster_name, &node_id, &url);
+    let mut opts =
+        herald_cluster::ClusterOptions::new(&bootstrap, &args.cluster_name, &node_id, &url);
     opts.replication_factor = args.replication_factor.max(1);
     opts.session_timeout = Duration::from_millis(args.session_timeout_ms.max(500));
     opts.write_timeout = Duration::from_millis(args.write_timeout_ms.max(100));
@@ -351,7 +354,8 @@ fn main() {
             webhook_timeout_ms,
             cluster,
         } => {
-            let cluster = match cluster_options(cluster, listen, rules.is_some()) {
+            #[allow(clippy::let_unit_value)] // `()` in a build without the cluster feature
+            let cluster = match cluster_options(*cluster, listen, rules.is_some()) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("herald: {e}");

@@ -1,6 +1,7 @@
 //! State shared by every request handler.
 
 use crate::auth::Auth;
+use crate::cluster::ClusterView;
 use crate::notify_latency::NotifyLatency;
 use herald_db::live::LiveEngine;
 use herald_db::Db;
@@ -17,6 +18,11 @@ pub struct AppState {
     pub auth: Arc<Auth>,
     /// Commit -> `changes` message sent, over every live connection (`/metrics`).
     pub notify_latency: Arc<NotifyLatency>,
+    /// The cluster this node is part of; `None`: a single node (no forwarding, no roles).
+    pub cluster: Option<Arc<dyn ClusterView>>,
+    /// Forwards writes to the primary (`api::forward`); pooled connections, so a follower
+    /// does not open one per write.
+    pub forwarder: reqwest::Client,
 }
 
 impl AppState {
@@ -28,7 +34,23 @@ impl AppState {
             next_conn: Arc::new(AtomicU64::new(1)),
             auth: Arc::new(auth),
             notify_latency: Arc::default(),
+            cluster: None,
+            forwarder: crate::cluster::forward_client(),
         }
+    }
+
+    /// This state as a node of a cluster: writes go to the primary while `view` says this node
+    /// is not it (see `api::forward`). Set before serving (`api::router` takes the state).
+    pub fn with_cluster(mut self, view: Arc<dyn ClusterView>) -> AppState {
+        self.cluster = Some(view);
+        self
+    }
+
+    /// Whether this node commits writes itself: a single node, or the cluster's primary.
+    pub fn is_primary(&self) -> bool {
+        self.cluster
+            .as_ref()
+            .is_none_or(|c| c.role() == crate::cluster::Role::Primary)
     }
 
     /// Largest body for a single document: the document limit plus room for JSON escaping.

@@ -1,10 +1,11 @@
 // The web console's entry point: the token form, the connection badge, the tabs, and the panes
-// (collections and documents, query with explain, live query, triggers, charts). Everything it
-// shows comes through @herald/sdk's public API; the token (an admin API key on secured
+// (collections and documents, query with explain, live query, triggers, cluster, charts).
+// Everything it shows comes through @herald/sdk's public API; the token (an admin API key on secured
 // servers) is kept in sessionStorage for this tab only.
 import type { ConnectionState } from "@herald/sdk";
 import { App } from "./app.js";
 import { setupCharts } from "./charts.js";
+import { setupCluster } from "./cluster.js";
 import { setupDocs } from "./docs.js";
 import { byId, status } from "./dom.js";
 import { setupLive } from "./live.js";
@@ -52,6 +53,7 @@ function start(): void {
   setupQuery(app);
   setupLive(app);
   setupTriggers(app, () => tab === "triggers");
+  setupCluster(app, () => tab === "cluster");
   setupCharts(app);
   void docs.reloadCollections();
 }

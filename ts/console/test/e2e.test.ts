@@ -3,7 +3,7 @@
 // /console; the test writes through the HTTP API (fetch from Node) and checks what the page
 // shows: the live query's rows appearing, moving and disappearing in their positions, the
 // document browser and editor, the query pane with explain, the trigger queues and dead
-// letters, the charts, and a secured server with a token. It saves a screenshot
+// letters, the cluster pane, the charts, and a secured server with a token. It saves a screenshot
 // (CONSOLE_SCREENSHOT, default build/console.png).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -285,6 +285,16 @@ test("trigger queues and dead letters: list, retry, purge", async () => {
   await page.click("#dead-purge-all");
   await page.waitForFunction(() => document.getElementById("dead-status")?.textContent === "purged 1");
   await page.waitForFunction(() => document.querySelectorAll("#dead-table tbody tr").length === 0);
+});
+
+test("the cluster pane: a single server is the primary of a one-node cluster", async () => {
+  await tab("cluster");
+  await page.click("#c-refresh");
+  await page.waitForFunction(() => document.querySelectorAll("#c-table tbody tr").length === 1, null, { timeout: 8000 });
+  const row = (await page.textContent("#c-table tbody tr")) ?? "";
+  assert.match(row, /this node/);
+  assert.match(row, /primary/);
+  assert.match((await page.textContent("#c-status")) ?? "", /single node, epoch 0/);
 });
 
 test("screenshot of the live pane", async () => {

@@ -33,6 +33,9 @@ export {
   type TriggerError,
   type DeadLetter,
   type MetricSample,
+  type ClusterStatus,
+  type NodeStatus,
+  type NodeRole,
 } from "./client/admin.js";
 export {
   backoffDelay,

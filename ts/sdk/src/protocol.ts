@@ -34,7 +34,14 @@ export interface QueryMembers {
 }
 
 export type AuthMessage = { op: "auth"; token: string };
-export type SubscribeMessage = { op: "subscribe"; sub: string; collection: string; resumeFrom?: number } & QueryMembers;
+export type SubscribeMessage = {
+  op: "subscribe";
+  sub: string;
+  collection: string;
+  resumeFrom?: number;
+  /** Start only once the node has applied this seq (read-your-writes on any node). */
+  minSeq?: number;
+} & QueryMembers;
 export type UnsubscribeMessage = { op: "unsubscribe"; sub: string };
 export type WriteMessage = { op: "write"; req: string; writes: CommitWrite[]; atomic?: boolean };
 
@@ -230,6 +237,37 @@ export interface DocDeleted {
   seq: number;
 }
 
+/** A node's role in a cluster. */
+export type NodeRole = "primary" | "follower" | "candidate";
+
+/** One node of `GET /v1/cluster`. */
+export interface NodeStatus {
+  id: string;
+  url: string;
+  role: NodeRole;
+  appliedSeq: number;
+  lagSeqs: number;
+  lastSeenMs: number;
+}
+
+/** `GET /v1/cluster`: the cluster as the answering node sees it (a single node: itself, primary,
+ * `cluster` null, epoch 0). */
+export interface ClusterStatus {
+  cluster: string | null;
+  nodeId: string;
+  epoch: number;
+  primary: string | null;
+  nodes: NodeStatus[];
+}
+
+/** `GET /v1/cluster/digest`: the digest of the answering node's store, at a replication index
+ * and seq (equal index, equal digest on every node). */
+export interface StateDigest {
+  index: number;
+  seq: number;
+  digest: string;
+}
+
 /** An API key as listed (never its secret). */
 export interface KeyInfo {
   id: string;
@@ -332,7 +370,7 @@ export function decodeClientMessage(v: unknown): ClientMessage {
       r.only(["op", "token"]);
       return { op: kind, token: r.str("token") };
     case "subscribe": {
-      r.only(["op", "sub", "collection", "filter", "sort", "skip", "limit", "projection", "resumeFrom"]);
+      r.only(["op", "sub", "collection", "filter", "sort", "skip", "limit", "projection", "resumeFrom", "minSeq"]);
       const m: SubscribeMessage = { op: kind, sub: r.sub("sub"), collection: r.str("collection") };
       const filter = r.optional("filter", Reader.doc);
       const sort = r.optional("sort", Reader.doc);
@@ -346,6 +384,8 @@ export function decodeClientMessage(v: unknown): ClientMessage {
       if (limit !== undefined) m.limit = limit;
       if (projection !== undefined) m.projection = projection;
       if (resumeFrom !== undefined) m.resumeFrom = resumeFrom;
+      const minSeq = r.optional("minSeq", Reader.uint);
+      if (minSeq !== undefined) m.minSeq = minSeq;
       return m;
     }
     case "unsubscribe":
@@ -762,6 +802,30 @@ export const decodeHealth = exact<Health>("health answer", {
   },
   seq: Reader.uint,
 });
+const nullOr =
+  <T>(item: (v: unknown) => T) =>
+  (v: unknown): T | null =>
+    v === null ? null : item(v);
+const NODE_ROLES: readonly NodeRole[] = ["primary", "follower", "candidate"];
+export const decodeClusterStatus = exact<ClusterStatus>("cluster status", {
+  cluster: nullOr(Reader.str),
+  nodeId: Reader.str,
+  epoch: Reader.uint,
+  primary: nullOr(Reader.str),
+  nodes: list(
+    exact<NodeStatus>("node status", {
+      id: Reader.str,
+      url: Reader.str,
+      role: (v) => {
+        if (!NODE_ROLES.includes(v as NodeRole)) throw new ProtocolError(`not a node role: ${JSON.stringify(v)}`);
+        return v as NodeRole;
+      },
+      appliedSeq: Reader.uint,
+      lagSeqs: Reader.uint,
+      lastSeenMs: Reader.uint,
+    }),
+  ),
+});
 export const decodeCollectionList = exact<CollectionList>("collection listing", {
   collections: list(exact<{ name: string }>("collection", { name: Reader.str })),
   more: Reader.bool,
@@ -784,6 +848,12 @@ export const decodeTriggerDeleted = exact<{ deleted: string }>("trigger deletion
 export const decodeDeadRetried = exact<{ retried: number }>("dead-letter retry answer", { retried: Reader.uint });
 export const decodeDeadPurged = exact<{ purged: number }>("dead-letter purge answer", { purged: Reader.uint });
 
+export const decodeStateDigest = exact<StateDigest>("state digest", {
+  index: Reader.uint,
+  seq: Reader.uint,
+  digest: Reader.str,
+});
+
 /** The HTTP answers the SDK decodes, by fixture kind (`testdata/protocol/http.<kind>.json`). */
 export const HTTP_REPLY_DECODERS = {
   commitReply: decodeCommitResult,
@@ -795,6 +865,8 @@ export const HTTP_REPLY_DECODERS = {
   triggerList: decodeTriggerList,
   deadLetters: decodeDeadLetters,
   health: decodeHealth,
+  clusterStatus: decodeClusterStatus,
+  stateDigest: decodeStateDigest,
   collectionList: decodeCollectionList,
   docWritten: decodeDocWritten,
   docUpdated: decodeDocUpdated,

@@ -204,3 +204,28 @@ test("a retryable error (overloaded) keeps the write queued and sends it again w
   assert.equal(commits(), 3);
   await h.close();
 });
+
+test("after an acknowledged write, queries and document reads carry minSeq (read-your-writes on any node)", async () => {
+  const seen: { url: string; body: unknown }[] = [];
+  const fetch = (async (url: string | URL | Request, init?: RequestInit) => {
+    const u = String(url);
+    const body = typeof init?.body === "string" ? (JSON.parse(init.body) as unknown) : undefined;
+    seen.push({ url: u, body });
+    const answer = u.endsWith("/v1/commit")
+      ? { seq: 42, results: [{ op: "insert", collection: "c", id: "a", version: 1 }] }
+      : u.includes("/v1/query")
+        ? { docs: [], seq: 42 }
+        : { _id: "a", n: 1 };
+    return new Response(JSON.stringify(answer), { status: 200, headers: { "content-type": "application/json" } });
+  }) as typeof globalThis.fetch;
+  const h = connect({ url: "http://127.0.0.1:1", fetch, WebSocket: SilentSocket });
+  // Before any write: no minSeq.
+  await h.get(h.query("c"));
+  assert.equal((seen.at(-1)!.body as { minSeq?: number }).minSeq, undefined);
+  await h.set(h.doc("c/a"), { n: 1 });
+  await h.get(h.query("c"));
+  assert.equal((seen.at(-1)!.body as { minSeq?: number }).minSeq, 42);
+  await h.get(h.doc("c/a"));
+  assert.match(seen.at(-1)!.url, /\/v1\/docs\/c\/a\?minSeq=42$/);
+  await h.close();
+});

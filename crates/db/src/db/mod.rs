@@ -13,6 +13,7 @@ mod triggers;
 
 pub use collections::COLLECTIONS_LIST_MAX;
 pub use indexes::IndexListing;
+pub use replica::StateDigest;
 
 use crate::catalog::Catalog;
 use crate::clock::Clock;

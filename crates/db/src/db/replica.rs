@@ -23,8 +23,9 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Called on the writer thread when an applied record changed a system record (its name).
-pub type SystemChange = Arc<dyn Fn(&str) + Send + Sync>;
+/// Called on the writer thread when an applied record changed a system record: the database
+/// (a handle for the call; do not keep it) and the record's name.
+pub type SystemChange = Arc<dyn Fn(&Db, &str) + Send + Sync>;
 
 impl Db {
     /// Opens a replica: the store commits its own batches only through `replicator`, and the
@@ -110,20 +111,58 @@ impl Db {
     }
 
     /// Sets what runs when an applied record changes a system record (the server reloads its
-    /// keys and rules). Only the first call counts.
-    pub fn on_replicated_system_change(&self, f: impl Fn(&str) + Send + Sync + 'static) {
+    /// keys and rules). Only the first call counts. The callback gets a handle rather than
+    /// capturing one, which would keep the database open forever.
+    pub fn on_replicated_system_change(&self, f: impl Fn(&Db, &str) + Send + Sync + 'static) {
         let _ = self.inner.system_change.set(Arc::new(f));
     }
 
-    /// A digest of every table as of the latest commit, and the replication index it is at:
-    /// two replicas at the same index must have the same digest.
-    pub fn state_digest(&self) -> Result<(u64, u64), DbError> {
+    /// A digest of every table as of the latest commit, with the replication index and the
+    /// seq of that snapshot: two replicas at the same index must have the same digest.
+    pub fn state_digest(&self) -> Result<StateDigest, DbError> {
         let read = self.inner.store.read()?;
-        let index = read
-            .get_u64(Table::Meta, herald_storage::STAMP_KEY)?
-            .unwrap_or(0);
-        Ok((index, read.digest()?))
+        Ok(StateDigest {
+            index: read
+                .get_u64(Table::Meta, herald_storage::STAMP_KEY)?
+                .unwrap_or(0),
+            seq: read.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0),
+            digest: read.digest()?,
+        })
     }
+}
+
+impl Db {
+    /// Calls `f` with every entry of every table at one snapshot, table by table in key order
+    /// (a node's snapshot for another to start from), and returns that snapshot's replication
+    /// index.
+    pub fn for_each_entry<E: From<DbError>>(
+        &self,
+        mut f: impl FnMut(Table, &[u8], &[u8]) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        let read = self.inner.store.read().map_err(DbError::from)?;
+        let index = read
+            .get_u64(Table::Meta, herald_storage::STAMP_KEY)
+            .map_err(DbError::from)?
+            .unwrap_or(0);
+        for table in Table::ALL {
+            for entry in read.range::<&[u8]>(table, ..).map_err(DbError::from)? {
+                let (key, value) = entry.map_err(DbError::from)?;
+                f(table, &key, &value)?;
+            }
+        }
+        Ok(index)
+    }
+}
+
+/// A store's digest at one snapshot ([`Db::state_digest`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateDigest {
+    /// The replication index of the last batch the store holds.
+    pub index: u64,
+    /// The last committed seq.
+    pub seq: u64,
+    /// FNV-1a over every table's entries (`ReadTxn::digest`).
+    pub digest: u64,
 }
 
 /// The index builds a catalog says are running.
@@ -211,8 +250,11 @@ impl Seen {
             }
         }
         if let Some(f) = db.system_change.get() {
+            let handle = Db {
+                inner: Arc::clone(db),
+            };
             for name in &self.system {
-                f(name);
+                f(&handle, name);
             }
         }
     }
@@ -270,7 +312,7 @@ mod tests {
             Db::open_replica(d2.path(), DbOptions::default(), replica_log.clone()).unwrap();
         let changed = Arc::new(Mutex::new(Vec::<String>::new()));
         let seen = changed.clone();
-        replica.on_replicated_system_change(move |name| seen.lock().unwrap().push(name.into()));
+        replica.on_replicated_system_change(move |_, name| seen.lock().unwrap().push(name.into()));
 
         for i in 0..20 {
             primary

@@ -1,6 +1,7 @@
 //! `GET /metrics`: Prometheus text exposition of the commit sequence, the storage writer,
 //! every trigger's queue (pending, oldest pending age, dead letters, executed, failed) and the
-//! live notification latency histogram (`crate::notify_latency`).
+//! live notification latency histogram (`crate::notify_latency`), and on a node of a cluster
+//! its role, epoch, applied seq and every node's lag.
 
 use crate::state::AppState;
 use axum::extract::State;
@@ -30,6 +31,9 @@ pub async fn metrics(
         .await
         .unwrap_or_default();
     st.notify_latency.render(&mut body);
+    if let Some(c) = &st.cluster {
+        render_cluster(&mut body, c.as_ref(), st.db.seq());
+    }
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         body,
@@ -249,4 +253,44 @@ fn render(db: &herald_db::Db) -> String {
         );
     }
     out
+}
+
+/// The cluster families (a node of a cluster only; a single node has none).
+fn render_cluster(out: &mut String, c: &dyn crate::cluster::ClusterView, applied_seq: u64) {
+    let status = c.status();
+    family(
+        out,
+        "herald_cluster_role",
+        "gauge",
+        "This node's role: 2 primary, 1 follower, 0 candidate (no primary known).",
+    );
+    let _ = writeln!(out, "herald_cluster_role {}", c.role().gauge());
+    family(
+        out,
+        "herald_cluster_epoch",
+        "gauge",
+        "The epoch of the current primary's claim.",
+    );
+    let _ = writeln!(out, "herald_cluster_epoch {}", status.epoch);
+    family(
+        out,
+        "herald_cluster_applied_seq",
+        "gauge",
+        "The last seq this node applied.",
+    );
+    let _ = writeln!(out, "herald_cluster_applied_seq {applied_seq}");
+    family(
+        out,
+        "herald_cluster_lag_seqs",
+        "gauge",
+        "How many seqs each node is behind the primary, as this node last heard.",
+    );
+    for n in &status.nodes {
+        let _ = writeln!(
+            out,
+            "herald_cluster_lag_seqs{{node=\"{}\"}} {}",
+            label(&n.id),
+            n.lag_seqs
+        );
+    }
 }

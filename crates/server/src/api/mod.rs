@@ -3,14 +3,17 @@
 pub mod auth;
 pub mod body;
 pub mod bulk;
+pub mod cluster;
 pub mod collections;
 pub mod commit;
 pub mod console;
 pub mod docs;
 pub mod error;
+pub mod forward;
 pub mod indexes;
 pub mod live;
 pub mod metrics;
+pub mod min_seq;
 pub mod query;
 pub mod triggers;
 pub mod writes;
@@ -46,6 +49,9 @@ async fn method_not_allowed() -> ApiError {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/health", get(health))
+        .route("/v1/cluster", get(cluster::status))
+        .route("/v1/cluster/digest", get(cluster::digest))
+        .route("/v1/cluster/snapshot", get(cluster::snapshot))
         .route(
             "/v1/docs/{*path}",
             put(docs::put)
@@ -82,5 +88,14 @@ pub fn router(state: AppState) -> Router {
         .route("/console/{file}", get(console::file))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // Outermost first: a write on a follower is forwarded before anything else runs.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            min_seq::min_seq_reads,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            forward::forward_writes,
+        ))
         .with_state(state)
 }

@@ -21,6 +21,7 @@ pub async fn query(
     body: Body,
 ) -> ApiResult<Json<QueryReply>> {
     let body: QueryBody = read_typed(body, QUERY_BODY_BYTES_MAX).await?;
+    crate::api::min_seq::wait_min_seq(&st, body.min_seq, false).await?;
     let explain = body.explain.unwrap_or(false);
     let collection = body.collection.clone();
     let mut parts = body.into_parts();

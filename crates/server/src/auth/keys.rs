@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::RwLock;
 
 /// The system record holding the key list.
-const RECORD: &str = "api_keys";
+pub const RECORD: &str = "api_keys";
 /// Most API keys.
 pub const KEYS_MAX: usize = 1000;
 /// Longest key name.
@@ -78,6 +78,25 @@ pub struct KeyStore {
 
 impl KeyStore {
     pub fn load(db: &Db) -> Result<KeyStore, DbError> {
+        let store = KeyStore {
+            entries: RwLock::new(Vec::new()),
+            by_hash: RwLock::new(HashMap::new()),
+            change: std::sync::Mutex::new(()),
+        };
+        store.install(Self::read(db)?);
+        Ok(store)
+    }
+
+    /// Replaces the keys in memory with the stored ones (a follower learns of keys created
+    /// and revoked on the primary this way).
+    pub fn reload(&self, db: &Db) -> Result<(), DbError> {
+        let _g = self.change.lock().expect("keys change lock");
+        self.install(Self::read(db)?);
+        Ok(())
+    }
+
+    /// The stored keys.
+    fn read(db: &Db) -> Result<Vec<Entry>, DbError> {
         let mut entries = Vec::new();
         if let Some(Value::Array(items)) = db.system_get(RECORD)? {
             for it in items {
@@ -96,13 +115,7 @@ impl KeyStore {
                 });
             }
         }
-        let store = KeyStore {
-            entries: RwLock::new(Vec::new()),
-            by_hash: RwLock::new(HashMap::new()),
-            change: std::sync::Mutex::new(()),
-        };
-        store.install(entries);
-        Ok(store)
+        Ok(entries)
     }
 
     fn install(&self, entries: Vec<Entry>) {

@@ -201,6 +201,37 @@ impl Auth {
         Ok(revoked)
     }
 
+    /// Takes up a change of the system record `name` made elsewhere (replicated from the
+    /// primary): the rules or the API keys are read again from `db`, and live connections react
+    /// as to a change made here (end users' close on new rules; key connections re-check their
+    /// key). Other records are not Auth's: `Ok(false)`.
+    pub fn reload_from_db(&self, db: &Db, name: &str) -> Result<bool, String> {
+        match name {
+            RULES_RECORD => {
+                let rules = match db.system_get(RULES_RECORD).map_err(|e| e.to_string())? {
+                    Some(v) => Rules::parse(&v).map_err(|e| format!("the stored rules: {e}"))?,
+                    None => Rules::default(),
+                };
+                let mut cur = self.rules.write().expect("rules lock");
+                if cur.source() == rules.source() {
+                    return Ok(true);
+                }
+                *cur = Arc::new(rules);
+                self.rules_seq
+                    .store(db.seq(), std::sync::atomic::Ordering::Release);
+                self.rules_epoch.send_modify(|e| *e += 1);
+                Ok(true)
+            }
+            keys::RECORD => {
+                self.keys.reload(db).map_err(|e| e.to_string())?;
+                // Connections opened with a key re-check it; one still valid stays open.
+                self.keys_epoch.send_modify(|e| *e += 1);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Changes when an API key is revoked.
     pub fn keys_changed(&self) -> tokio::sync::watch::Receiver<u64> {
         self.keys_epoch.subscribe()
@@ -214,5 +245,72 @@ impl Auth {
     /// Changes when the rules are replaced.
     pub fn rules_changed(&self) -> tokio::sync::watch::Receiver<u64> {
         self.rules_epoch.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herald_db::{DbOptions, Durability};
+    use serde_json::json;
+
+    fn open(dir: &std::path::Path) -> Db {
+        let opts = DbOptions {
+            durability: Durability::NoSync,
+            ..Default::default()
+        };
+        Db::open(dir, opts).expect("open")
+    }
+
+    /// A change of the rules or keys records that did not go through this `Auth` (as on a
+    /// follower, where replication writes them) is taken up by `reload_from_db`, with the same
+    /// signals to live connections as a change made here.
+    #[test]
+    fn reload_from_db_takes_up_rules_and_keys_changed_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(dir.path());
+        let opts = AuthOptions {
+            admin_key: Some("admin-key-0123456789".into()),
+            ..Default::default()
+        };
+        let auth = Auth::load(&db, opts).unwrap();
+        let mut rules_rx = auth.rules_changed();
+        let mut keys_rx = auth.keys_changed();
+
+        // The rules record changes under Auth's feet.
+        let source = json!({"rules": [{"match": "notes/{n}", "read": {}}]});
+        db.system_put(RULES_RECORD, Some(source.clone())).unwrap();
+        assert_ne!(auth.rules().source(), &source);
+        assert_eq!(auth.reload_from_db(&db, RULES_RECORD), Ok(true));
+        assert_eq!(auth.rules().source(), &source);
+        assert!(rules_rx.has_changed().unwrap());
+        rules_rx.borrow_and_update();
+        assert_eq!(auth.rules_seq(), db.seq());
+        // The same rules again: nothing to tell the connections.
+        assert_eq!(auth.reload_from_db(&db, RULES_RECORD), Ok(true));
+        assert!(!rules_rx.has_changed().unwrap());
+
+        // A key created by another writer of the record (the primary).
+        let elsewhere = KeyStore::load(&db).unwrap();
+        let created = elsewhere
+            .create(&db, "svc".into(), Role::Service, 0)
+            .unwrap();
+        assert!(auth.authenticate(Some(&created.key)).is_err());
+        assert_eq!(auth.reload_from_db(&db, keys::RECORD), Ok(true));
+        assert_eq!(
+            auth.authenticate(Some(&created.key)),
+            Ok(Principal::Service)
+        );
+        assert!(keys_rx.has_changed().unwrap());
+        keys_rx.borrow_and_update();
+
+        // ...and revoked there.
+        assert!(elsewhere.revoke(&db, &created.id).unwrap());
+        assert_eq!(auth.reload_from_db(&db, keys::RECORD), Ok(true));
+        assert!(auth.authenticate(Some(&created.key)).is_err());
+        assert!(keys_rx.has_changed().unwrap());
+
+        // Records that are not Auth's.
+        assert_eq!(auth.reload_from_db(&db, "something_else"), Ok(false));
     }
 }

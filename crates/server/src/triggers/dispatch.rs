@@ -13,6 +13,7 @@
 //! on at most `workers` threads; a task waiting for its commit holds none), which also bounds
 //! the completion channel.
 
+use crate::cluster::{ClusterView, Role};
 use crate::triggers::exec::{self, Outcome};
 use crate::triggers::pool::ScriptPool;
 use crate::triggers::TriggerOptions;
@@ -34,6 +35,9 @@ pub const WINDOW_BYTES_MAX: usize = 32 << 20;
 pub const IN_FLIGHT_PER_WORKER: usize = 8;
 /// Longest the dispatcher sleeps without a wake-up (a safety net; wake-ups are explicit).
 const IDLE_WAIT_MS_MAX: u64 = 1000;
+/// How often a node that is not the primary looks at its role again (no bell rings on a role
+/// change): the delay between a takeover and its first task.
+pub const ROLE_POLL_MS: u64 = 200;
 
 #[derive(Default)]
 struct Signal {
@@ -97,9 +101,18 @@ pub struct Dispatcher {
     /// The JavaScript threads: `workers` runs at once. Tasks in flight (running, or waiting for
     /// their commit) may be `IN_FLIGHT_PER_WORKER` times more, so that many tasks share a commit.
     pub scripts: Arc<ScriptPool>,
+    /// The cluster this node is part of (`None`: a single node, always the primary).
+    pub cluster: Option<Arc<dyn ClusterView>>,
 }
 
 impl Dispatcher {
+    /// Whether this node may run tasks now: a single node, or the cluster's primary.
+    fn is_primary(&self) -> bool {
+        self.cluster
+            .as_ref()
+            .is_none_or(|c| c.role() == Role::Primary)
+    }
+
     pub fn run(self) {
         let mut windows: BTreeMap<u64, Window> = BTreeMap::new();
         let mut in_flight = 0usize;
@@ -123,8 +136,22 @@ impl Dispatcher {
                                 t.not_before_ms = not_before_ms;
                             }
                         }
+                        Outcome::Requeue { not_before_ms } => {
+                            if let Some((t, _)) = w.tasks.get_mut(&c.id) {
+                                t.not_before_ms = not_before_ms;
+                            }
+                        }
                     }
                 }
+            }
+            // Only the primary runs tasks. Elsewhere the queues change by replication (the
+            // primary's completions), so windows are dropped and reloaded on taking over.
+            if !self.is_primary() {
+                windows.clear();
+                if !self.bell.wait(Duration::from_millis(ROLE_POLL_MS)) {
+                    break;
+                }
+                continue;
             }
             // Follow the definitions: new triggers get a window, deleted ones lose theirs,
             // replaced ones run their pending tasks with the new definition.

@@ -25,7 +25,17 @@ pub enum Outcome {
     Finished,
     /// Failed; runs again at this time.
     Retry { not_before_ms: u64 },
+    /// Not run to completion through no fault of the task (`unavailable`): runs again at this
+    /// time without counting an attempt.
+    Requeue { not_before_ms: u64 },
 }
+
+/// How a failure of this node rather than of the task reads (`unavailable: ...`): the error
+/// code of a commit refused because the node is not (or no longer) the primary.
+pub const UNAVAILABLE_PREFIX: &str = "unavailable:";
+/// When a task whose completion was `unavailable` is tried again (if this node is primary
+/// by then).
+pub const UNAVAILABLE_RETRY_MS: u64 = 1000;
 
 thread_local! {
     // One sandbox (one QuickJS runtime) per worker thread: creating a runtime per task would
@@ -148,6 +158,13 @@ async fn fail_async(
     opts: Arc<TriggerOptions>,
 ) -> Outcome {
     let clock = db.clock().clone();
+    if message.starts_with(UNAVAILABLE_PREFIX) {
+        // This node cannot commit (no longer the primary, or the log is unreachable): the
+        // task did not fail. It stays queued, unrecorded, for whichever node is primary.
+        return Outcome::Requeue {
+            not_before_ms: clock.now_ms() + UNAVAILABLE_RETRY_MS,
+        };
+    }
     tokio::task::spawn_blocking(move || fail(&db, &def, id, &task, message, &opts))
         .await
         .unwrap_or(Outcome::Retry {

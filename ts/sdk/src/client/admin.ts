@@ -4,18 +4,20 @@
 // (collections and metrics also accept a service key). The web console is built on them.
 import type { Doc } from "../query/value.js";
 import {
+  decodeClusterStatus,
   decodeCollectionList,
   decodeDeadLetters,
   decodeDeadPurged,
   decodeDeadRetried,
   decodeTriggerList,
   decodeTriggerStatus,
+  type ClusterStatus,
   type DeadLetter,
   type TriggerStatus,
 } from "../protocol.js";
 import type { Http } from "./http.js";
 
-export type { DeadLetter, TriggerError, TriggerStatus } from "../protocol.js";
+export type { ClusterStatus, DeadLetter, NodeRole, NodeStatus, TriggerError, TriggerStatus } from "../protocol.js";
 
 export interface CollectionInfo {
   readonly name: string;
@@ -54,6 +56,11 @@ export class Admin {
       if (!r.more || r.collections.length === 0) return out;
       after = r.collections[r.collections.length - 1].name;
     }
+  }
+
+  /** `GET /v1/cluster`: the nodes, their roles and lag, as the answering node sees them. */
+  async clusterStatus(): Promise<ClusterStatus> {
+    return decodeClusterStatus(await this.http.request<unknown>("GET", "/v1/cluster"));
   }
 
   explain(collection: string, spec: Record<string, unknown>): Promise<Explained> {

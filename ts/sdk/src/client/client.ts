@@ -12,7 +12,15 @@ import { QueryError } from "../query/errors.js";
 import type { Doc } from "../query/value.js";
 import { COMMIT_WRITES_MAX } from "../limits.js";
 import { decodeQueryResult, type CommitResult } from "../protocol.js";
-import { Admin, type CollectionInfo, type DeadLetter, type Explained, type MetricSample, type TriggerStatus } from "./admin.js";
+import {
+  Admin,
+  type ClusterStatus,
+  type CollectionInfo,
+  type DeadLetter,
+  type Explained,
+  type MetricSample,
+  type TriggerStatus,
+} from "./admin.js";
 import { CACHE_DOCS_MAX, DocumentCache } from "./documentCache.js";
 import { HeraldError } from "./errors.js";
 import { Http, type Fetch } from "./http.js";
@@ -199,7 +207,8 @@ export class Herald {
     await this.ready;
     if (ref instanceof DocumentRef) {
       try {
-        const doc = await this.http.request<Doc>("GET", `/v1/docs/${ref.path}`);
+        const min = this.queue.minSeq().minSeq;
+        const doc = await this.http.request<Doc>("GET", `/v1/docs/${ref.path}${min === undefined ? "" : `?minSeq=${min}`}`);
         this.cache.put(ref.collection, [[ref.id, doc]]);
       } catch (e) {
         if (e instanceof HeraldError && e.code === "not_found") this.cache.put(ref.collection, [[ref.id, null]]);
@@ -212,7 +221,8 @@ export class Herald {
     let fromCache = false;
     let seq = this.cache.seq;
     try {
-      const r = decodeQueryResult(await this.http.request("POST", "/v1/query", wireQuery(q)));
+      const body = { ...wireQuery(q), ...this.queue.minSeq() };
+      const r = decodeQueryResult(await this.http.request("POST", "/v1/query", body));
       this.cache.put(q.collection, r.docs.map((d) => [String(d._id), d]));
       this.cache.noteSeq(r.seq);
       seq = r.seq;
@@ -231,6 +241,12 @@ export class Herald {
   /** Every collection holding at least one document, in byte order (`GET /v1/collections`). */
   listCollections(): Promise<CollectionInfo[]> {
     return this.admin.listCollections();
+  }
+
+  /** The cluster as the server sees it (`GET /v1/cluster`): a single server answers itself as
+   * the primary of a one-node cluster. */
+  clusterStatus(): Promise<ClusterStatus> {
+    return this.admin.clusterStatus();
   }
 
   /** Runs a query on the server with its plan and work (`explain`); no cache, no local view. */

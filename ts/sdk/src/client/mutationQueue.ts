@@ -66,6 +66,17 @@ export class MutationQueue {
     }
   }
 
+  /** The highest seq of this client's acknowledged writes (0: none yet). Sent as `minSeq` with
+   * queries and subscriptions, so that whichever node of a cluster answers has applied this
+   * client's own writes (read-your-writes; docs/sdk.md). Not persisted: after a restart the
+   * cache's seq and `resumeFrom` carry the client forward. */
+  highestAckedSeq = 0;
+
+  /** The `minSeq` member for a read: present once a write was acknowledged. */
+  minSeq(): { minSeq?: number } {
+    return this.highestAckedSeq > 0 ? { minSeq: this.highestAckedSeq } : {};
+  }
+
   /** Queues a commit (persisted before it is sent); resolves with the server's answer. */
   async commit(writes: WireWrite[]): Promise<CommitResult> {
     if (this.closed) throw new HeraldError("closed", "the client is closed");
@@ -167,6 +178,7 @@ export class MutationQueue {
         (r) => {
           this.pumpAttempt = 0;
           p.ackedSeq = r.seq;
+          this.highestAckedSeq = Math.max(this.highestAckedSeq, r.seq);
           void this.persistence.removeMutation(p.m.id);
           p.settle?.resolve({ seq: r.seq, results: r.results });
           this.events.acked(p);

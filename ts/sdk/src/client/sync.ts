@@ -102,10 +102,11 @@ export class SyncLoop implements ListenLink {
     return this.state === "online";
   }
 
-  /** Sends a listen's subscription if online (with `resumeFrom` when it holds a window);
-   * offline, the next `online` sends it. */
+  /** Sends a listen's subscription if online (with `resumeFrom` when it holds a window, and
+   * `minSeq` once a write of this client was acknowledged); offline, the next `online` sends
+   * it. */
   subscribe(l: Listen): void {
-    const msg: SubscribeMessage = { op: "subscribe", sub: l.sub, ...l.wire };
+    const msg: SubscribeMessage = { op: "subscribe", sub: l.sub, ...l.wire, ...this.queue.minSeq() };
     if (l.server !== undefined && l.seq > 0) msg.resumeFrom = l.seq;
     if (this.send(msg)) l.resuming = msg.resumeFrom !== undefined;
   }

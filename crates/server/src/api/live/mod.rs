@@ -23,6 +23,7 @@ pub mod conn;
 pub mod session;
 pub mod sse;
 pub mod ws;
+pub mod ws_forward;
 pub mod ws_writes;
 
 pub use herald_protocol::limits::{SUB_ID_BYTES_MAX, WS_MESSAGE_BYTES_MAX};

@@ -68,6 +68,9 @@ pub enum Next {
     /// The error of a write request refused as a whole, queued behind the connection's earlier
     /// write replies (replies keep request order).
     WriteRefused(String),
+    /// A subscription whose `minSeq` this node has not applied yet: the loop waits for it
+    /// (bounded), then subscribes.
+    SubscribeAfter(Box<Subscribe>, Principal),
 }
 
 async fn send_msg(socket: &mut WebSocket, msg: &ServerMessage<'_>) -> bool {
@@ -188,9 +191,21 @@ async fn run_ws(
                 match next {
                     Next::Continue => {}
                     Next::WriteRefused(reply) => writes.answer(reply),
+                    Next::SubscribeAfter(s, principal) => {
+                        // Waits here (at most MIN_SEQ_WAIT): the client asked for this
+                        // subscription to start no earlier than its seq.
+                        let waited = crate::api::min_seq::wait_min_seq(&st, s.min_seq, true).await;
+                        let reply = match waited {
+                            Ok(()) => subscribe(&st, &conn, &mut subs, &principal, *s),
+                            Err(e) => Some(error_msg(Some(&s.sub), &e)),
+                        };
+                        if let Some(reply) = reply {
+                            if !send_msg(&mut socket, &reply).await { break }
+                        }
+                    }
                     Next::Write(request) => {
                         let mut ok = true;
-                        for r in writes.submit(&st, request).await {
+                        for r in writes.submit(&st, request, session.key.as_deref()).await {
                             if !send_text(&mut socket, r).await { ok = false; break }
                         }
                         if !ok { break }
@@ -286,7 +301,12 @@ fn client_message(
             }
             (None, Next::Write(request))
         }
-        ClientMessage::Subscribe(s) => (subscribe(st, conn, subs, &principal, *s), Next::Continue),
+        ClientMessage::Subscribe(s) => match s.min_seq {
+            Some(min) if st.db.seq().min(st.live.seq()) < min => {
+                (None, Next::SubscribeAfter(s, principal))
+            }
+            _ => (subscribe(st, conn, subs, &principal, *s), Next::Continue),
+        },
         ClientMessage::Unsubscribe { sub } => {
             subs.remove(&sub);
             let reply = st

@@ -54,7 +54,7 @@ pub fn request_error(req: Option<&str>, e: &ApiError) -> String {
     .to_text()
 }
 
-fn error_result(e: &ApiError) -> WrittenResult<'static> {
+pub(super) fn error_result(e: &ApiError) -> WrittenResult<'static> {
     WrittenResult::Failed(WrittenFailed {
         error: WriteError {
             code: e.code,
@@ -78,7 +78,7 @@ fn results_of(out: CommitOutcome) -> impl Iterator<Item = WrittenResult<'static>
 }
 
 /// `{"type":"written","req","seq","results":[...]}`.
-fn written_reply(req: String, seq: u64, results: Vec<WrittenResult<'static>>) -> String {
+pub(super) fn written_reply(req: String, seq: u64, results: Vec<WrittenResult<'static>>) -> String {
     ServerMessage::Written {
         req: Cow::Owned(req),
         seq,
@@ -114,7 +114,16 @@ impl WsWrites {
     /// Queues a write request (its shape already checked by the protocol's type). Returns the
     /// replies of earlier requests settled while waiting for room in the writer's queue, to
     /// send now. Every reply, an error of this request included, goes out in request order.
-    pub async fn submit(&mut self, st: &AppState, request: WriteRequest) -> Vec<String> {
+    ///
+    /// On a node of a cluster that is not the primary, the request goes to the primary as
+    /// `/v1/commit` calls made with `credential` (the connection's API key, if any): see
+    /// `ws_forward`.
+    pub async fn submit(
+        &mut self,
+        st: &AppState,
+        request: WriteRequest,
+        credential: Option<&str>,
+    ) -> Vec<String> {
         let mut out = Vec::new();
         let WriteRequest {
             req,
@@ -122,7 +131,17 @@ impl WsWrites {
             atomic,
         } = request;
         let n = items.len();
-        let future = if atomic {
+        let future = if let Some(cluster) = st.cluster.clone().filter(|_| !st.is_primary()) {
+            let credential = credential.map(str::to_string);
+            Box::pin(super::ws_forward::forwarded_reply(
+                st.clone(),
+                cluster,
+                credential,
+                req,
+                items,
+                atomic,
+            ))
+        } else if atomic {
             let mut writes = Vec::with_capacity(n);
             for (i, item) in items.iter().enumerate() {
                 match decode_item(item) {
@@ -304,7 +323,9 @@ mod tests {
         let per = COMMIT_WRITES_MAX;
         let mut requests = 0;
         while w.has_room() {
-            let early = w.submit(&st, request(&format!("r{requests}"), per)).await;
+            let early = w
+                .submit(&st, request(&format!("r{requests}"), per), None)
+                .await;
             assert!(early.is_empty(), "{early:?}");
             requests += 1;
             assert_eq!(w.inflight, requests * per);

@@ -6,7 +6,7 @@
 
 #![allow(dead_code)] // the crash-test binary uses a subset
 
-use herald::{serve, ServeConfig};
+use herald::{serve_with, ServeConfig};
 use herald_db::{DbOptions, Durability};
 use herald_protocol::ErrorCode;
 use reqwest::{Method, RequestBuilder};
@@ -183,6 +183,27 @@ impl Server {
         triggers: herald::triggers::TriggerOptions,
         auth: herald::auth::AuthOptions,
     ) -> Server {
+        Server::start_node(dir, db, triggers, auth, None).await
+    }
+
+    /// Starts a server as a node of a cluster that `view` describes (a test's fake: the
+    /// replication itself is not here).
+    pub async fn start_cluster(
+        auth: herald::auth::AuthOptions,
+        view: std::sync::Arc<dyn herald::cluster::ClusterView>,
+    ) -> Server {
+        let setup: herald::ClusterSetup = Box::new(move |_| Ok(view));
+        let dir = tempfile::tempdir().expect("temp dir");
+        Server::start_node(dir, nosync(), Default::default(), auth, Some(setup)).await
+    }
+
+    async fn start_node(
+        dir: TempDir,
+        db: DbOptions,
+        triggers: herald::triggers::TriggerOptions,
+        auth: herald::auth::AuthOptions,
+        cluster: Option<herald::ClusterSetup>,
+    ) -> Server {
         let config = ServeConfig {
             data: dir.path().join("data"),
             listen: "127.0.0.1:0".parse().expect("address"),
@@ -193,8 +214,9 @@ impl Server {
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (bound_tx, bound_rx) = oneshot::channel::<SocketAddr>();
-        let task = tokio::spawn(serve(
+        let task = tokio::spawn(serve_with(
             config,
+            cluster,
             async {
                 let _ = stop_rx.await;
             },
