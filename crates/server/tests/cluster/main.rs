@@ -65,11 +65,15 @@ const PUT_WRITERS: u64 = 2;
 const TX_WRITERS: u64 = 2;
 const BULK_WRITERS: u64 = 1;
 const SESSION_TIMEOUT_MS: u64 = 3000;
-const WRITE_TIMEOUT_MS: u64 = 5000;
+/// Longer than the longest SIGSTOP (3 session timeouts): a write the stopped primary has in
+/// flight is still waiting for Kafka when it resumes, so its record lands after the new
+/// primary's claim and only fencing (the read-back) keeps it from being acknowledged. With the
+/// default 5 s the frozen wait simply times out and the fencing case is never exercised.
+const WRITE_TIMEOUT_MS: u64 = 20_000;
 /// The longest the cluster may take to acknowledge a write again after a fault.
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the nodes may take to converge (and the trigger to drain) at the end.
-const SETTLE_TIMEOUT: Duration = Duration::from_secs(150);
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 const COLLECTIONS: [&str; 6] = ["p", "tx", "src", "bulk", "fx", "fxc"];
 const TRIGGER: &str = "function (event, db) { db.put('fx', event.id, {src: event.id}); \
                        db.update('fxc', 'c', {$inc: {n: 1}}); }";
