@@ -19,6 +19,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(40);
 const TX_RETRY_FOR: Duration = Duration::from_secs(60);
 /// Bulk lines per request.
 const BULK_LINES: usize = 20;
+/// Impossible answers kept for the failure message.
+const ANOMALIES_KEPT: usize = 10;
 /// `p/w{W}-{k}` ids per put writer.
 pub const PUT_IDS: u64 = 4;
 /// The live query every subscriber runs (and the pull query it is compared with).
@@ -43,16 +45,22 @@ pub struct Ledger {
     pub tx_sent: BTreeMap<u64, BTreeSet<u64>>,
     /// `bulk/{id}` acknowledged.
     pub bulk_acked: BTreeSet<String>,
+    /// `a/{id}` (append writers, aimed at the primary) acknowledged, and every id sent.
+    pub append_acked: BTreeSet<String>,
+    pub append_sent: BTreeSet<String>,
     pub acks: u64,
     pub refusals: u64,
     /// Torn transactions seen by a probe: (node, docs).
     pub torn: Vec<String>,
-    /// Any other impossible answer.
+    /// Any other impossible answer (the first few), and how many there were.
     pub anomalies: Vec<String>,
+    pub anomaly_count: u64,
 }
 
 pub struct Load {
     pub urls: Vec<String>,
+    /// What each node's stderr announced (which node is the primary).
+    pub announced: Vec<Arc<Mutex<crate::node::Announced>>>,
     pub stop: AtomicBool,
     pub ledger: Mutex<Ledger>,
     pub failover: Mutex<Failover>,
@@ -61,9 +69,14 @@ pub struct Load {
 }
 
 impl Load {
-    pub fn new(urls: Vec<String>, run: String) -> Arc<Load> {
+    pub fn new(
+        urls: Vec<String>,
+        announced: Vec<Arc<Mutex<crate::node::Announced>>>,
+        run: String,
+    ) -> Arc<Load> {
         Arc::new(Load {
             urls,
+            announced,
             stop: AtomicBool::new(false),
             ledger: Mutex::default(),
             failover: Mutex::default(),
@@ -74,6 +87,15 @@ impl Load {
                 .unwrap(),
             run,
         })
+    }
+
+    /// The node that last announced the highest epoch, stopped or not (a write sent to a
+    /// stopped primary is the point).
+    fn primary_hint(&self) -> Option<usize> {
+        (0..self.announced.len())
+            .filter_map(|i| self.announced[i].lock().unwrap().primary_of.map(|e| (e, i)))
+            .max()
+            .map(|(_, i)| i)
     }
 
     fn stopping(&self) -> bool {
@@ -96,6 +118,15 @@ impl Load {
 
     fn refused(&self) {
         self.ledger.lock().unwrap().refusals += 1;
+    }
+
+    /// Records an impossible answer (the first `ANOMALIES_KEPT`; all are counted).
+    fn anomaly(&self, what: String) {
+        let mut l = self.ledger.lock().unwrap();
+        l.anomaly_count += 1;
+        if l.anomalies.len() < ANOMALIES_KEPT {
+            l.anomalies.push(what);
+        }
     }
 }
 
@@ -159,11 +190,53 @@ pub async fn put_writer(load: Arc<Load>, w: u64, seed: u64) {
                     pause(&mut rng).await;
                 }
                 Ok((status, body)) => {
-                    load.ledger
-                        .lock()
-                        .unwrap()
-                        .anomalies
-                        .push(format!("PUT p/{id} on {url}: {status} {body}"));
+                    load.anomaly(format!("PUT p/{id} on {url}: {status} {body}"));
+                    pause(&mut rng).await;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Puts new documents `a/w{W}-{n}`, each once, aimed at the primary: whenever the primary is
+/// stopped or killed, this writer has a write in flight on it. Every acknowledged one must be
+/// on every node: a deposed primary that acknowledges a write its successor never saw (broken
+/// fencing) loses it, and since the id is never written again nothing later can hide that.
+pub async fn append_writer(load: Arc<Load>, w: u64, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut n = 0u64;
+    while !load.stopping() {
+        n += 1;
+        let id = format!("w{w}-{n}");
+        load.ledger.lock().unwrap().append_sent.insert(id.clone());
+        for attempt in 0..3 {
+            let node = match load.primary_hint() {
+                Some(p) if attempt == 0 => p,
+                _ => rng.gen_range(0..load.urls.len()),
+            };
+            let url = &load.urls[node];
+            let sent = Instant::now();
+            let got = call(
+                &load.http,
+                reqwest::Method::PUT,
+                &format!("{url}/v1/docs/a/{id}"),
+                Some(json!({"w": w, "n": n})),
+            )
+            .await;
+            match got {
+                Ok((200, _)) => {
+                    load.ledger.lock().unwrap().append_acked.insert(id.clone());
+                    load.acked(sent);
+                    break;
+                }
+                Ok((503, _)) | Err(_) => {
+                    load.refused();
+                    pause(&mut rng).await;
+                }
+                Ok((status, body)) => {
+                    load.anomaly(format!("PUT a/{id} on {url}: {status} {body}"));
+                    pause(&mut rng).await;
                     break;
                 }
             }
@@ -226,11 +299,8 @@ pub async fn tx_writer(load: Arc<Load>, w: u64, seed: u64) {
                 }
                 Ok((503, _)) | Err(_) => load.refused(),
                 Ok((status, body)) => {
-                    load.ledger
-                        .lock()
-                        .unwrap()
-                        .anomalies
-                        .push(format!("commit {w}/{k} on {url}: {status} {body}"));
+                    load.anomaly(format!("commit {w}/{k} on {url}: {status} {body}"));
+                    pause(&mut rng).await;
                     break;
                 }
             }
@@ -287,11 +357,7 @@ pub async fn bulk_writer(load: Arc<Load>, w: u64, seed: u64) {
                     .filter_map(|e| e["line"].as_u64().map(|l| l as usize - 1))
                     .collect();
                 if b["failed"].as_u64() != Some(failed.len() as u64) {
-                    load.ledger
-                        .lock()
-                        .unwrap()
-                        .anomalies
-                        .push(format!("bulk on {url}: failed count disagrees: {b}"));
+                    load.anomaly(format!("bulk on {url}: failed count disagrees: {b}"));
                 }
                 let mut retry = Vec::new();
                 {
@@ -317,11 +383,7 @@ pub async fn bulk_writer(load: Arc<Load>, w: u64, seed: u64) {
                 pause(&mut rng).await;
             }
             Some((status, b)) => {
-                load.ledger
-                    .lock()
-                    .unwrap()
-                    .anomalies
-                    .push(format!("bulk on {url}: {status} {b}"));
+                load.anomaly(format!("bulk on {url}: {status} {b}"));
                 pause(&mut rng).await;
             }
         }

@@ -9,6 +9,8 @@
 //! - put writers rewrite `p/w{W}-{k}` with increasing `gen` (`PUT /v1/docs`);
 //! - transaction writers commit, with a mutation id, retried on any node until acknowledged:
 //!   `tx/t{W}-a|b|c` to gen k, `$inc` of `tx/n{W}`, and `src/s{W}-{k}`;
+//! - append writers put new documents `a/w{W}-{n}`, each id once, aimed at the primary (so a
+//!   stopped primary always has writes in flight: the fencing case);
 //! - a bulk writer inserts `bulk/b{W}-{n}` through `/v1/bulk`, 20 lines a request;
 //! - a probe reads a transaction writer's documents in one query on a random node (torn?);
 //! - one WebSocket subscriber per node on `p` sorted by gen, limit 10, rebuilding its window;
@@ -26,7 +28,7 @@
 //! - every acknowledged transaction is there, no unacknowledged one that was never sent, and
 //!   each applied exactly once: `n{W}` counts the writer's `src` documents, and `t{W}-a|b|c`
 //!   all carry the gen of the last one (never torn; the probe also checks mid-run);
-//! - every acknowledged bulk line is there;
+//! - every acknowledged bulk line and append is there (and no append never sent);
 //! - the trigger's effects: one `fx` document per `src` document and `fxc/c.n` = their number;
 //! - every node has the same documents, the same seq, and (with `GET /v1/cluster/digest`) the
 //!   same digest at the same index;
@@ -64,6 +66,7 @@ const NODES: usize = 3;
 const PUT_WRITERS: u64 = 2;
 const TX_WRITERS: u64 = 2;
 const BULK_WRITERS: u64 = 1;
+const APPEND_WRITERS: u64 = 6;
 const SESSION_TIMEOUT_MS: u64 = 3000;
 /// Longer than the longest SIGSTOP (3 session timeouts): a write the stopped primary has in
 /// flight is still waiting for Kafka when it resumes, so its record lands after the new
@@ -72,9 +75,10 @@ const SESSION_TIMEOUT_MS: u64 = 3000;
 const WRITE_TIMEOUT_MS: u64 = 20_000;
 /// The longest the cluster may take to acknowledge a write again after a fault.
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long the nodes may take to converge (and the trigger to drain) at the end.
-const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
-const COLLECTIONS: [&str; 6] = ["p", "tx", "src", "bulk", "fx", "fxc"];
+/// How long the nodes may take to converge (and the trigger to drain) at the end: a task that
+/// failed often during failovers waits up to 60 s (plus jitter) for its next attempt.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(120);
+const COLLECTIONS: [&str; 7] = ["p", "a", "tx", "src", "bulk", "fx", "fxc"];
 const TRIGGER: &str = "function (event, db) { db.put('fx', event.id, {src: event.id}); \
                        db.update('fxc', 'c', {$inc: {n: 1}}); }";
 
@@ -242,7 +246,8 @@ fn run(
         started.elapsed()
     );
     let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url()).collect();
-    let load = Load::new(urls.clone(), format!("r{seed}"));
+    let announced = cluster.nodes.iter().map(|n| n.announced.clone()).collect();
+    let load = Load::new(urls.clone(), announced, format!("r{seed}"));
     let trigger = std::env::var(TRIGGER_ENV).map_or(true, |v| v != "0");
 
     // Setup through any node, retried until a primary takes it.
@@ -279,6 +284,9 @@ fn run(
     }
     for w in 0..TX_WRITERS {
         tasks.push(rt.spawn(load::tx_writer(load.clone(), w, seed ^ (w + 101))));
+    }
+    for w in 0..APPEND_WRITERS {
+        tasks.push(rt.spawn(load::append_writer(load.clone(), w, seed ^ (w + 401))));
     }
     for w in 0..BULK_WRITERS {
         tasks.push(rt.spawn(load::bulk_writer(load.clone(), w, seed ^ (w + 201))));
@@ -414,7 +422,6 @@ fn run(
     let ledger = std::mem::take(&mut *load.ledger.lock().unwrap());
     let failovers = load.failover.lock().unwrap().times.clone();
     let mut violations: Vec<String> = problems;
-    violations.extend(ledger.anomalies.iter().cloned());
     violations.extend(
         ledger
             .torn
@@ -436,6 +443,12 @@ fn run(
             Vec::new()
         }
     };
+    if ledger.anomaly_count > 0 {
+        violations.push(format!(
+            "{} impossible answers to writes, the first: {:#?}",
+            ledger.anomaly_count, ledger.anomalies
+        ));
+    }
 
     // The summary.
     let mut sorted = failovers.clone();
@@ -654,6 +667,22 @@ async fn check(
                      transaction is {last} (an older transaction applied after a newer one)"
                 ));
             }
+        }
+        // Appends: every acknowledged one, nothing never sent.
+        let lost: Vec<_> = ledger
+            .append_acked
+            .iter()
+            .filter(|id| !d["a"].contains_key(*id))
+            .collect();
+        if !lost.is_empty() {
+            v.push(format!("{node}: acknowledged appends missing: {lost:?}"));
+        }
+        let invented: Vec<_> = d["a"]
+            .keys()
+            .filter(|id| !ledger.append_sent.contains(*id))
+            .collect();
+        if !invented.is_empty() {
+            v.push(format!("{node}: appends never sent: {invented:?}"));
         }
         // Bulk lines.
         let lost: Vec<_> = ledger
