@@ -19,6 +19,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(40);
 const TX_RETRY_FOR: Duration = Duration::from_secs(60);
 /// Bulk lines per request.
 const BULK_LINES: usize = 20;
+/// The failover probe's request timeout.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// Impossible answers kept for the failure message.
 const ANOMALIES_KEPT: usize = 10;
 /// `p/w{W}-{k}` ids per put writer.
@@ -241,6 +243,33 @@ pub async fn append_writer(load: Arc<Load>, w: u64, seed: u64) {
                 }
             }
         }
+    }
+}
+
+/// Times failovers: rewrites `probe/{n}` every 50 ms with a short timeout, through the node
+/// that announced the highest epoch (else any), so that it is never stuck on a stopped node
+/// the way a writer with a long timeout is. Its acknowledgements count like any other.
+pub async fn failover_probe(load: Arc<Load>, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut n = 0u64;
+    while !load.stopping() {
+        n += 1;
+        let node = load
+            .primary_hint()
+            .filter(|_| rng.gen_range(0..4) > 0)
+            .unwrap_or_else(|| rng.gen_range(0..load.urls.len()));
+        let sent = Instant::now();
+        let req = load
+            .http
+            .put(format!("{}/v1/docs/probe/p{}", load.urls[node], n % 8))
+            .json(&json!({"n": n}))
+            .timeout(PROBE_TIMEOUT)
+            .send()
+            .await;
+        if matches!(&req, Ok(r) if r.status().as_u16() == 200) {
+            load.acked(sent);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -12,6 +12,8 @@
 //! - append writers put new documents `a/w{W}-{n}`, each id once, aimed at the primary (so a
 //!   stopped primary always has writes in flight: the fencing case);
 //! - a bulk writer inserts `bulk/b{W}-{n}` through `/v1/bulk`, 20 lines a request;
+//! - a failover probe rewrites `probe/p{0..8}` every 50 ms through the primary with a 1 s
+//!   timeout (writers with long timeouts sit on a stopped node; the probe times the failover);
 //! - a probe reads a transaction writer's documents in one query on a random node (torn?);
 //! - one WebSocket subscriber per node on `p` sorted by gen, limit 10, rebuilding its window;
 //! - the trigger `fan` on inserts into `src` puts `fx/{id}` and `$inc`s `fxc/c`.
@@ -80,7 +82,7 @@ const RECOVERY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the nodes may take to converge (and the trigger to drain) at the end: a task that
 /// failed often during failovers waits up to 60 s (plus jitter) for its next attempt.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(120);
-const COLLECTIONS: [&str; 7] = ["p", "a", "tx", "src", "bulk", "fx", "fxc"];
+const COLLECTIONS: [&str; 8] = ["p", "a", "tx", "src", "bulk", "fx", "fxc", "probe"];
 const TRIGGER: &str = "function (event, db) { db.put('fx', event.id, {src: event.id}); \
                        db.update('fxc', 'c', {$inc: {n: 1}}); }";
 
@@ -296,6 +298,7 @@ fn run(
     for w in 0..BULK_WRITERS {
         tasks.push(rt.spawn(load::bulk_writer(load.clone(), w, seed ^ (w + 201))));
     }
+    tasks.push(rt.spawn(load::failover_probe(load.clone(), seed ^ 501)));
     tasks.push(rt.spawn(load::torn_probe(load.clone(), TX_WRITERS, seed ^ 301)));
     let quit_subs = Arc::new(AtomicBool::new(false));
     let subs: Vec<Arc<Mutex<SubState>>> = (0..NODES).map(|_| Arc::default()).collect();
