@@ -5,7 +5,7 @@
 //! made a node primary is the log's decision (`arbiter.rs`), and losing the assignment does
 //! not stop a primary: a newer claim in the log does.
 
-use crate::node::Shared;
+use crate::shared::Shared;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::ClientContext;
 use std::sync::Arc;

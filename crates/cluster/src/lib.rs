@@ -5,10 +5,11 @@
 //!
 //! - `record.rs`: the log's records and their bytes.
 //! - `arbiter.rs`: the pure rule every reader applies to them.
-//! - `node.rs`: a node's shared state, the store's `Replicator`, roles and transitions.
+//! - `shared.rs`: what a node's threads share, the store's `Replicator`, stepping down.
+//! - `node.rs`: starting a node (or bootstrapping it from a snapshot) and its public API.
 //! - `reader.rs`: follows the log: applies, promotes, demotes, claims, saves the position.
 //! - `election.rs`: the leadership group.
-//! - `members.rs`: node statuses for `GET /v1/cluster`.
+//! - `members.rs`: publishing and reading node statuses (`status.rs`) for `GET /v1/cluster`.
 //! - `snapshot.rs`: a store as one file, for a node that starts where the log no longer reaches.
 //! - `kafka.rs`: topics and client configurations.
 //! - `testing.rs`: real Kafka brokers for tests and benchmarks.
@@ -20,11 +21,15 @@ mod members;
 mod node;
 mod reader;
 pub mod record;
+mod shared;
 pub mod snapshot;
+mod status;
 pub mod testing;
 
-pub use members::{now_ms, role_of, NodeStatus, STATUS_INTERVAL};
-pub use node::{Node, Role, StartError};
+pub use members::STATUS_INTERVAL;
+pub use node::{Node, StartError};
+pub use shared::Role;
+pub use status::{now_ms, role_of, NodeStatus};
 
 use std::time::Duration;
 

@@ -2,12 +2,12 @@
 //! `<cluster>.nodes` (keyed by node id) and reads everyone's, for `GET /v1/cluster`, the
 //! metrics and the lag of each node.
 
-use crate::node::{Role, Shared};
+use crate::shared::Shared;
+use crate::status::{now_ms, NodeStatus};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Message, Offset, TopicPartitionList};
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// How often a node publishes its status.
 pub const STATUS_INTERVAL: Duration = Duration::from_secs(1);
@@ -15,28 +15,6 @@ pub const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 const HISTORY_MS: u64 = 10_000;
 /// Statuses kept at most (nodes that left stay listed with their last status).
 pub const NODES_MAX: usize = 256;
-
-/// What a node says about itself.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeStatus {
-    pub id: String,
-    pub url: String,
-    pub role: String,
-    pub epoch: u64,
-    pub applied_seq: u64,
-    pub applied_index: u64,
-    /// Milliseconds since the Unix epoch when the node said this.
-    pub at_ms: u64,
-    pub kafka_error: Option<String>,
-}
-
-/// Milliseconds since the Unix epoch (status timestamps).
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 pub(crate) fn own_status(shared: &Shared) -> NodeStatus {
     let (role, epoch, applied, kafka_error) = {
@@ -156,13 +134,4 @@ pub(crate) fn primary_alive(shared: &Shared, node: &str, epoch: u64, within: Dur
     let seen = shared.seen.lock().unwrap_or_else(|e| e.into_inner());
     seen.get(node)
         .is_some_and(|(at, role, e)| at.elapsed() < within && role == "primary" && *e == epoch)
-}
-
-/// A node's role as its status says it.
-pub fn role_of(status: &NodeStatus) -> Role {
-    match status.role.as_str() {
-        "primary" => Role::Primary,
-        "follower" => Role::Follower,
-        _ => Role::Candidate,
-    }
 }

@@ -12,8 +12,8 @@
 //! store holds are skipped by replication index. A node without a position starts at offset 0.
 
 use crate::arbiter::{LogState, Verdict};
-use crate::node::{Role, Shared};
 use crate::record::Record;
+use crate::shared::{Role, Shared};
 use herald_db::DbError;
 use herald_storage::{Applied, Ticket};
 use rdkafka::consumer::{BaseConsumer, Consumer};

@@ -1,5 +1,5 @@
 //! The replication seam: a clustered store commits each batch of its own through a replicated
-//! log ([`Replicator`], implemented by `crates/cluster`) before the batch reaches the local
+//! log ([`Replicator`](crate::Replicator), implemented by `crates/cluster`) before the batch reaches the local
 //! write-ahead log, and applies batches other nodes committed ([`apply_record`]) as ordinary
 //! jobs. Storage only moves bytes: which node may write, and the order, are the log's business.
 //!
@@ -14,7 +14,7 @@
 //!
 //! # Refusals
 //!
-//! [`Replicator::replicate`] may refuse a batch with [`StorageError::Unavailable`] (this node is
+//! [`Replicator::replicate`](crate::Replicator::replicate) may refuse a batch with [`StorageError::Unavailable`] (this node is
 //! not the primary, was deposed, or the log is unreachable). Unlike other commit failures that
 //! does not fail the store: the batch was neither logged nor published, so the store is exactly
 //! as before it; the batch's jobs (and the one pipelined on top of it) get the error, and the
@@ -26,17 +26,6 @@ use crate::{StorageError, WriteTxn};
 /// Where a replicated store keeps its replication index: in [`Table::Meta`], big-endian `u64`.
 pub const STAMP_KEY: &[u8] = b"\xffstorage.replication_index";
 
-/// The replicated log a clustered store commits through.
-pub trait Replicator: Send + Sync + 'static {
-    /// Called on the store's log thread for every batch the store commits on its own, in batch
-    /// order, before the batch is written to the local log or seen by any reader. `record` is
-    /// the batch's record (what [`apply_record`] takes on another node) and `index` its
-    /// replication index. Returns once the record is durable in the replicated log *and*
-    /// accepted in the log's order; or [`StorageError::Unavailable`] when it was not (then no
-    /// reader anywhere may ever apply it), or another error, which fails the store.
-    fn replicate(&self, index: u64, record: &[u8]) -> Result<(), StorageError>;
-}
-
 /// What [`apply_record`] applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Applied {
@@ -46,7 +35,7 @@ pub struct Applied {
     pub entries: usize,
 }
 
-/// Applies a record another node's [`Replicator`] was given: every put and delete, in one job,
+/// Applies a record another node's [`Replicator`](crate::Replicator) was given: every put and delete, in one job,
 /// so the batch applies whole or not at all. The job's batch is then logged locally but never
 /// replicated again. Fails with [`StorageError::Corrupted`] on a record that does not check
 /// (checksum, framing) or carries no stamp, before writing anything.
@@ -107,7 +96,7 @@ pub fn stamp(txn: &WriteTxn<'_>) -> Result<u64, StorageError> {
 mod tests {
     use super::*;
     use crate::testing::memory;
-    use crate::{Store, StoreOptions};
+    use crate::{Replicator, Store, StoreOptions};
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
 

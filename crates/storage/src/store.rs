@@ -31,7 +31,7 @@ pub struct Store {
     shared: Arc<Shared>,
     after_batch: Arc<std::sync::OnceLock<crate::writer::AfterBatch>>,
     /// Set on a replicated store (`replication.rs`).
-    replicator: crate::writer::ReplicatorSlot,
+    replicator: crate::replicator::ReplicatorSlot,
     // `None` once closing has begun; dropping the sender is what tells the writer to finish.
     queue: Option<SyncSender<Msg>>,
     /// Background jobs; bounded like the foreground queue.
@@ -127,7 +127,7 @@ impl Store {
         let (background, background_rx) = mpsc::sync_channel(options.background_queue_max);
         let writer_sleeping = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let after_batch = Arc::new(std::sync::OnceLock::new());
-        let replicator: crate::writer::ReplicatorSlot = Arc::default();
+        let replicator: crate::replicator::ReplicatorSlot = Arc::default();
         let writer = Writer {
             replicator: replicator.clone(),
             after_batch: after_batch.clone(),

@@ -15,6 +15,7 @@ use crate::checkpoint::Shared;
 use crate::error::commit_error;
 use crate::job::{BackgroundJob, Job, Msg, Ran};
 use crate::layer::{Changes, Layer};
+use crate::replicator::ReplicatorSlot;
 use crate::wal::{LogRequest, LogThread};
 use crate::write::{Hook, WriteTxn};
 use crate::{Durability, StorageError};
@@ -47,9 +48,6 @@ pub(crate) struct Writer {
     /// Set on a replicated store (see `replication.rs`); the log thread holds it too.
     pub(crate) replicator: ReplicatorSlot,
 }
-
-/// The store's [`Replicator`](crate::Replicator), once set.
-pub(crate) type ReplicatorSlot = Arc<std::sync::OnceLock<Arc<dyn crate::Replicator>>>;
 
 /// A batch whose jobs have run and whose fate is not yet known: its record may be with the
 /// log thread.

@@ -641,7 +641,7 @@ pub(crate) fn remove_stale_spare(dir: &Path) -> io::Result<()> {
 /// Hands a batch of a replicated store's own to its replicator, before the local log: only an
 /// accepted batch may reach the log (and so ever be replayed here).
 fn replicate(
-    replicator: &crate::writer::ReplicatorSlot,
+    replicator: &crate::replicator::ReplicatorSlot,
     layer: &Layer,
     record: &mut Vec<u8>,
 ) -> Result<(), StorageError> {
@@ -680,7 +680,7 @@ impl LogThread {
     pub(crate) fn spawn(
         wal: Wal,
         metrics: Arc<Metrics>,
-        replicator: crate::writer::ReplicatorSlot,
+        replicator: crate::replicator::ReplicatorSlot,
     ) -> io::Result<LogThread> {
         // The writer has at most one request outstanding while it prepares the next one.
         let (requests, receiver) = mpsc::sync_channel(2);
@@ -701,7 +701,7 @@ fn serve(
     requests: Receiver<LogRequest>,
     replies: Sender<Result<(), StorageError>>,
     metrics: &Metrics,
-    replicator: &crate::writer::ReplicatorSlot,
+    replicator: &crate::replicator::ReplicatorSlot,
 ) -> Result<(), StorageError> {
     let mut failed: Option<StorageError> = None;
     let mut record = Vec::new();
