@@ -553,26 +553,17 @@ async fn check(
     let http = &load.http;
     let mut notes = Vec::new();
     let deadline = Instant::now() + SETTLE_TIMEOUT;
-    // Settled: the trigger's queue is empty and its counter has every source write, and every
-    // node is at the same seq twice in a row.
+    // Settled: the trigger's queue is empty on every node (each task ran and its completion is
+    // replicated; whether its effects are exactly once is a check below), and every node is at
+    // the same seq twice in a row.
     let mut last: Option<Vec<Option<u64>>> = None;
     let mut unsettled = None;
     loop {
-        let mut trigger_done = !trigger;
-        if !trigger {
-        } else if let Ok((200, t)) = call(
-            http,
-            Method::GET,
-            &format!("{}/v1/triggers/fan", urls[0]),
-            None,
-        )
-        .await
-        {
-            if t["pending"].as_u64() == Some(0) {
-                let src = dump(http, &urls[0], "src").await.map(|d| d.len()).ok();
-                let fxc = dump(http, &urls[0], "fxc").await.ok();
-                let n = fxc.and_then(|d| d.get("c").and_then(|c| c["n"].as_u64()));
-                trigger_done = src.is_some() && n == src.map(|s| s as u64);
+        let mut trigger_done = true;
+        if trigger {
+            for u in urls {
+                let status = call(http, Method::GET, &format!("{u}/v1/triggers/fan"), None).await;
+                trigger_done &= matches!(status, Ok((200, t)) if t["pending"].as_u64() == Some(0));
             }
         }
         let mut seqs = Vec::new();
