@@ -37,11 +37,13 @@
 //! - every subscriber's window equals the pull query on its node at the seq it reflects.
 //!
 //! Failover times (primary killed or stopped -> first acknowledged write sent after it) are
-//! printed with a summary table. `HERALD_CLUSTER_FAULT_CYCLES` sets the cycles (default 6, a
-//! run of about 2-3 minutes); `HERALD_SLOW=1` runs at least 100; `HERALD_CLUSTER_FAULT_SEED`
-//! replays the fault schedule; `HERALD_CLUSTER_FAULT_TRIGGER=0` leaves the trigger out (a
-//! diagnostic knob: followers' trigger workers are the only writes a follower attempts). On failure the nodes' data and stderr logs are kept and the
-//! directory is in the message.
+//! printed with a summary table. `HERALD_CLUSTER_FAULT_CYCLES` sets the cycles (default 6: about
+//! a minute and a half of faults, then the checks; under 3 minutes in all); `HERALD_SLOW=1` runs
+//! at least 100; `HERALD_CLUSTER_FAULT_SEED` replays the fault schedule (timings still vary);
+//! `HERALD_CLUSTER_FAULT_TRIGGER=0` leaves the trigger out and
+//! `HERALD_CLUSTER_FAULT_WRITE_TIMEOUT_MS` overrides the nodes' write timeout (diagnostic
+//! knobs). On failure the nodes' data and stderr logs are kept and the directory is in the
+//! message.
 #![cfg(unix)]
 
 mod load;
@@ -478,7 +480,7 @@ fn run(
         sorted.last().copied().unwrap_or_default(),
     );
     eprintln!("failover times: {failovers:?}");
-    eprintln!("first ack after a follower fault: {follower_gaps:?}");
+    eprintln!("first ack after a follower kill or broker restart: {follower_gaps:?}");
     eprintln!("subscriber connections per node: {subs_connects:?}");
     for n in notes {
         eprintln!("note: {n}");
