@@ -128,7 +128,9 @@ impl Shared {
         } else {
             Role::Candidate
         };
-        st.verdicts.clear();
+        // Verdicts stay: a write waiting for one the reader already gave (its record accepted)
+        // must still be acknowledged, or this store would lack a batch every other node
+        // applied. They are cleared when this node next becomes primary.
         if let Some(db) = self.db.get() {
             db.demoted();
             if refused {

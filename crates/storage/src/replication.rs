@@ -35,10 +35,15 @@ pub struct Applied {
     pub entries: usize,
 }
 
-/// Applies a record another node's [`Replicator`](crate::Replicator) was given: every put and delete, in one job,
-/// so the batch applies whole or not at all. The job's batch is then logged locally but never
-/// replicated again. Fails with [`StorageError::Corrupted`] on a record that does not check
-/// (checksum, framing) or carries no stamp, before writing anything.
+/// Applies a record another node's [`Replicator`](crate::Replicator) was given: every put and
+/// delete, in one job, so the batch applies whole or not at all. The job's batch is then logged
+/// locally but never replicated again.
+///
+/// Records apply in index order, each once: a record whose index the store already holds is
+/// skipped (`entries: 0`), and one that does not follow the store's index is refused with
+/// [`StorageError::Unavailable`], writing nothing, so a batch that failed to apply can never be
+/// jumped over by the ones after it. Fails with [`StorageError::Corrupted`] on a record that
+/// does not check (checksum, framing) or carries no stamp, before writing anything.
 pub fn apply_record(txn: &mut WriteTxn<'_>, record: &[u8]) -> Result<Applied, StorageError> {
     let parsed = crate::wal::parse(record, 0)
         .filter(|r| r.end == record.len())
@@ -54,6 +59,16 @@ pub fn apply_record(txn: &mut WriteTxn<'_>, record: &[u8]) -> Result<Applied, St
     })?;
     let index =
         index.ok_or_else(|| StorageError::Corrupted("a replicated record has no stamp".into()))?;
+    let held = stamp(txn)?;
+    if index <= held {
+        txn.mark_from_log();
+        return Ok(Applied { index, entries: 0 });
+    }
+    if index != held + 1 {
+        return Err(StorageError::Unavailable(format!(
+            "replicated batch {index} does not follow this store's batch {held}"
+        )));
+    }
     let count = entries.len();
     for (table, key, value) in entries {
         match value {
@@ -220,6 +235,41 @@ mod tests {
         log.refuse_from.store(0, Ordering::SeqCst);
         put(&store, "x", "1").unwrap();
         assert_eq!(log.records.lock().unwrap().len(), 1);
+    }
+
+    /// Applying is idempotent and in order: a record the store holds is skipped, one that does
+    /// not follow is refused and writes nothing.
+    #[test]
+    fn records_apply_once_and_in_index_order() {
+        let (primary, replica) = (memory(1, 64), memory(8, 64));
+        let log = Arc::new(Log::default());
+        primary.set_replicator(log.clone());
+        for i in 0..3 {
+            put(&primary, &format!("k{i}"), "v").unwrap();
+        }
+        let records: Vec<Vec<u8>> = log
+            .records
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.1.clone())
+            .collect();
+        let err = apply(&replica, records[1].clone()).unwrap_err();
+        assert!(
+            matches!(err, crate::WriteError::Job(StorageError::Unavailable(_))),
+            "{err:?}"
+        );
+        assert_eq!(replica.read().unwrap().len(Table::Docs).unwrap(), 0);
+        assert_eq!(apply(&replica, records[0].clone()).unwrap().entries, 2);
+        assert_eq!(
+            apply(&replica, records[0].clone()).unwrap().entries,
+            0,
+            "skipped"
+        );
+        apply(&replica, records[1].clone()).unwrap();
+        apply(&replica, records[2].clone()).unwrap();
+        let (a, b) = (primary.read().unwrap(), replica.read().unwrap());
+        assert_eq!(a.digest().unwrap(), b.digest().unwrap());
     }
 
     #[test]
