@@ -107,6 +107,7 @@ impl Db {
         self.inner
             .triggers
             .replace(registry.defs().iter().map(|d| (**d).clone()).collect());
+        crate::triggers::recount(&self.inner.triggers, &read)?;
         Ok(())
     }
 

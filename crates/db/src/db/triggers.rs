@@ -423,6 +423,11 @@ impl Db {
         let def = self.trigger(name)?;
         let stats = self.inner.triggers.stats(def.uid);
         let read = self.inner.store.read()?;
+        if !self.inner.writable.load(Ordering::Acquire) {
+            // A replica that is not the primary: its queues change through replication, not
+            // through the hooks that keep the counters.
+            crate::triggers::recount(&self.inner.triggers, &read)?;
+        }
         let oldest_pending_age_ms = match read.prefix(Table::Tasks, &queue_prefix(def.uid))?.next()
         {
             Some(entry) => {

@@ -71,6 +71,14 @@ pub(crate) fn load(read: &ReadTxn) -> Result<Registry, DbError> {
         defs.insert(def.name.clone(), def);
     }
     let registry = Registry::new(defs);
+    recount(&registry, read)?;
+    Ok(registry)
+}
+
+/// Sets every trigger's pending and dead counters to what the queues in `read` hold (the
+/// counters are kept by the commit hooks of this node's own writes; a replica's queues change
+/// through replication, so it counts them when it needs them right).
+pub(crate) fn recount(registry: &Registry, read: &ReadTxn) -> Result<(), DbError> {
     for def in registry.defs().iter() {
         let stats = registry.stats(def.uid);
         let count = |p: Vec<u8>| read.prefix(Table::Tasks, &p).map(|r| r.count() as i64);
@@ -81,7 +89,7 @@ pub(crate) fn load(read: &ReadTxn) -> Result<Registry, DbError> {
             .dead
             .store(count(dead_prefix(def.uid))?, Ordering::Release);
     }
-    Ok(registry)
+    Ok(())
 }
 
 pub(crate) fn bad_label(label: &str) -> DbError {
