@@ -29,9 +29,7 @@ pub use def::{
     check_pattern, pattern_matches, Action, TriggerDef, ATTEMPTS_MAX_DEFAULT, ATTEMPTS_MAX_LIMIT,
     FUNCTION_SOURCE_BYTES_MAX, TRIGGERS_MAX,
 };
-pub(crate) use ops::{
-    bad_label, load, meta_key, recount, META_TRIGGER_PREFIX, META_TRIGGER_UID,
-};
+pub(crate) use ops::{bad_label, load, meta_key, recount, META_TRIGGER_PREFIX, META_TRIGGER_UID};
 pub use ops::{
     ReadCheck, TaskDone, TaskFailed, DEAD_CHUNK_MAX, DEAD_LIST_MAX, TASK_WRITES_HEAVY,
     TASK_WRITES_MAX,
