@@ -18,6 +18,14 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 /// Set in the child process `group_failover` spawns: `<bootstrap> <topic> <group>`.
 const CHILD_ENV: &str = "HERALD_TEST_GROUP_CHILD";
 
+/// Held by the tests whose timings matter and by the one that starts three brokers (three JVMs
+/// starting take both cores here for several seconds): they never overlap.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -155,6 +163,7 @@ impl Drop for KillOnDrop {
 
 #[test]
 fn group_failover_after_a_member_is_killed() {
+    let _heavy = heavy();
     let kafka = KafkaCluster::shared();
     let topic = unique_name("failover");
     let group = unique_name("failover-group");
@@ -186,7 +195,7 @@ fn group_failover_after_a_member_is_killed() {
         }
     });
     let wait_child = |want: &str| loop {
-        match child_says.recv_timeout(Duration::from_secs(30)) {
+        match child_says.recv_timeout(Duration::from_secs(60)) {
             Ok(state) if state == want => break,
             Ok(_) => continue,
             Err(e) => panic!("the child member never reported {want}: {e}"),
@@ -264,6 +273,7 @@ fn group_failover_after_a_member_is_killed() {
 
 #[test]
 fn three_brokers_survive_a_killed_broker() {
+    let _heavy = heavy();
     // A fault-test cluster of its own: acks=all with min.insync.replicas=2 keeps working with one
     // broker down, and the restarted broker rejoins.
     let kafka = KafkaCluster::start(3);

@@ -9,6 +9,14 @@ use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// The tests run one at a time: each starts nodes whose failover timings it checks, and one
+/// starts a broker of its own (a JVM start takes both cores here for seconds).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn start(kafka: &KafkaCluster, cluster: &str, id: &str, dir: &Path) -> (Node, Db) {
     let mut opts = ClusterOptions::new(kafka.bootstrap(), cluster, id, &format!("http://{id}"));
     opts.replication_factor = kafka.brokers().min(3) as i32;
@@ -68,6 +76,7 @@ fn converge(nodes: &[Option<(Node, Db)>], reference: usize) {
 
 #[test]
 fn three_nodes_replicate_fail_over_and_rejoin() {
+    let _serial = serial();
     let kafka = KafkaCluster::shared();
     let cluster = unique_name("nodes");
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
@@ -149,6 +158,7 @@ fn truncate_log(kafka: &KafkaCluster, cluster: &str) -> i64 {
 /// from the log: they start from another node's snapshot and then follow the log.
 #[test]
 fn a_node_the_log_no_longer_reaches_starts_from_a_snapshot() {
+    let _serial = serial();
     let kafka = KafkaCluster::shared();
     let cluster = unique_name("snap");
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
@@ -212,6 +222,7 @@ fn nodes_write(nodes: &[Option<(Node, Db)>], i: usize, out: std::fs::File) -> Re
 /// from the last applied state, and writes work again once Kafka is back.
 #[test]
 fn writes_fail_fast_while_kafka_is_down_and_resume_after() {
+    let _serial = serial();
     let kafka = KafkaCluster::start(1);
     let cluster = unique_name("down");
     let dir = tempfile::tempdir().unwrap();
