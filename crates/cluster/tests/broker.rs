@@ -187,7 +187,8 @@ fn group_failover_after_a_member_is_killed() {
     let (lines, child_says) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(state) = line.strip_prefix("HERALD_CHILD ") {
+            // libtest may print "test group_member_child ... " on the same line first.
+            if let Some((_, state)) = line.split_once("HERALD_CHILD ") {
                 if lines.send(state.to_string()).is_err() {
                     break;
                 }
