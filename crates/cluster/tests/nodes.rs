@@ -122,6 +122,22 @@ fn three_nodes_replicate_fail_over_and_rejoin() {
         seqs.windows(2).all(|w| w[0] < w[1]),
         "seqs increase across the failover"
     );
+    // Seqs mean the same everywhere: the commits a client resuming from seq 150 gets are the
+    // same on every node (what `resumeFrom` reads), across the failover.
+    let history = |db: &Db| -> Vec<String> {
+        db.commits_between(150, db.seq())
+            .unwrap()
+            .into_commits()
+            .unwrap()
+            .iter()
+            .map(|c| format!("{} {:?}", c.seq, c.changes))
+            .collect()
+    };
+    let reference = history(&nodes[q].as_ref().unwrap().1);
+    assert_eq!(reference.len() as u64, seqs[seqs.len() - 1] - 150);
+    for (node, db) in nodes.iter().flatten() {
+        assert_eq!(history(db), reference, "{}", node.node_id());
+    }
 }
 
 /// Deletes every record of the cluster's log so far (what retention does to old segments).
