@@ -516,11 +516,17 @@ async fn dump(
     url: &str,
     collection: &str,
 ) -> Result<BTreeMap<String, Value>, String> {
-    let mut out = BTreeMap::new();
+    let mut out: BTreeMap<String, Value> = BTreeMap::new();
     let page = 5000usize;
     loop {
+        // Pages by `_id` (a skip would make the server sort skip + limit documents, past its
+        // result limit once a collection holds more than 10,000).
+        let filter = match out.keys().next_back() {
+            Some(last) => json!({"_id": {"$gt": last}}),
+            None => json!({}),
+        };
         let q =
-            json!({"collection": collection, "sort": {"_id": 1}, "skip": out.len(), "limit": page});
+            json!({"collection": collection, "filter": filter, "sort": {"_id": 1}, "limit": page});
         let (status, body) = call(http, Method::POST, &format!("{url}/v1/query"), Some(q)).await?;
         if status != 200 {
             return Err(format!("query {collection} on {url}: {status} {body}"));
