@@ -16,6 +16,7 @@
 
 pub mod arbiter;
 mod election;
+pub mod grid;
 pub mod kafka;
 mod members;
 mod node;
