@@ -18,7 +18,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,8 @@ pub struct CellState {
     pub part: u32,
     /// The seq the cell has matched and claimed (0 while starting).
     pub seq: AtomicU64,
+    /// Views the cell matches.
+    pub views: AtomicUsize,
     /// Set to stop the cell (the assignment was revoked, or the node stops).
     pub stop: AtomicBool,
     /// The last error (a commit log that no longer reaches a view's start, Kafka).
@@ -48,6 +50,7 @@ impl CellState {
             row,
             part,
             seq: AtomicU64::new(0),
+            views: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             error: Mutex::new(None),
         }
@@ -130,6 +133,7 @@ pub(crate) fn run(ctx: Arc<GridCtx>, state: Arc<CellState>) {
         if !cell.learn() {
             return;
         }
+        state.views.store(cell.views.len(), Ordering::Release);
         let last = db.seq();
         if last > cell.pos {
             if !cell.advance(last.min(cell.pos + BATCH_COMMITS_MAX)) {
@@ -176,7 +180,7 @@ impl Cell<'_> {
             self.end = new_end;
             return true;
         }
-        let only = |k: &str| keys.contains(k);
+        let only = self.views.ids(&keys);
         let mut matches = Vec::new();
         let db = self.ctx.shared.db();
         let mut at = from;

@@ -4,7 +4,7 @@
 //! topic holds the grid's shape (key `config`), which every node checks at start.
 
 use crate::grid::wire::{Registration, Shape, CONFIG_KEY};
-use crate::shared::Shared;
+use crate::grid::GridCtx;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
@@ -108,8 +108,9 @@ impl Registry {
     }
 }
 
-/// Follows the queries topic until the node stops.
-pub(crate) fn run(shared: Arc<Shared>, topic: String, registry: Arc<Registry>) {
+/// Follows the queries topic until the grid stops.
+pub(crate) fn run(ctx: Arc<GridCtx>) {
+    let (shared, topic, registry) = (&ctx.shared, &ctx.topics.queries, &ctx.registry);
     let consumer: BaseConsumer = match crate::kafka::reader(&shared.opts, "grid.queries").create()
     {
         Ok(c) => c,
@@ -120,16 +121,16 @@ pub(crate) fn run(shared: Arc<Shared>, topic: String, registry: Arc<Registry>) {
     };
     let mut tpl = TopicPartitionList::new();
     let assigned = tpl
-        .add_partition_offset(&topic, 0, Offset::Beginning)
+        .add_partition_offset(topic, 0, Offset::Beginning)
         .is_ok()
         && consumer.assign(&tpl).is_ok();
     if !assigned {
         registry.lock().error = Some("could not read the grid's queries topic".into());
         return;
     }
-    while !shared.stopping() {
+    while !ctx.stopping() {
         if registry.lock().start_high.is_none() {
-            match consumer.fetch_watermarks(&topic, 0, Duration::from_secs(5)) {
+            match consumer.fetch_watermarks(topic, 0, Duration::from_secs(5)) {
                 Ok((_, high)) => {
                     registry.lock().start_high = Some(high.max(0) as u64);
                     registry.changed.notify_all();
