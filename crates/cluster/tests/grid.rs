@@ -279,6 +279,7 @@ fn subscribers_on_two_nodes_see_every_change_once_while_a_matching_node_leaves()
         let msgs = sink.msgs.lock().unwrap();
         let at = check(db, *qi, &msgs, last);
         assert_eq!(at, last);
+        eprintln!("n{i} query {qi}: {} batches", msgs.len() - 1);
     }
     for (_, engine) in &engines {
         engine.stop();
