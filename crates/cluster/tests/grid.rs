@@ -84,7 +84,8 @@ fn transaction(rng: &mut Rng, exists: &mut BTreeSet<String>) -> Vec<Write> {
                 .into_iter()
                 .filter(|_| rng.below(2) == 0)
                 .collect::<Vec<_>>();
-            let doc = json!({"n": rng.below(10), "s": format!("x{}", rng.below(100)), "tags": tags});
+            let doc =
+                json!({"n": rng.below(10), "s": format!("x{}", rng.below(100)), "tags": tags});
             exists.insert(id.clone());
             writes.push(Write::Put {
                 collection: "things".into(),
@@ -113,7 +114,11 @@ fn check(db: &Db, qi: usize, msgs: &[Message], upto: u64) -> u64 {
     };
     let mut list: Vec<Value> = docs.iter().map(|d| (**d).clone()).collect();
     let mut at = *seq;
-    assert_eq!(list, window_at(db, &query, at), "query {qi}: initial at {at}");
+    assert_eq!(
+        list,
+        window_at(db, &query, at),
+        "query {qi}: initial at {at}"
+    );
     let mut expected = list.clone();
     let mut batches = msgs[1..].iter().peekable();
     for s in at + 1..=upto {
@@ -137,7 +142,10 @@ fn check(db: &Db, qi: usize, msgs: &[Message], upto: u64) -> u64 {
             Some(m @ (Message::Reset { .. } | Message::Error { .. })) => {
                 panic!("query {qi}: {m:?}")
             }
-            _ => assert!(!changed, "query {qi}: no batch at {s}, where the result changed"),
+            _ => assert!(
+                !changed,
+                "query {qi}: no batch at {s}, where the result changed"
+            ),
         }
         expected = want;
         at = s;
@@ -173,7 +181,9 @@ fn subscribers_on_two_nodes_see_every_change_once_while_a_matching_node_leaves()
             rows: 3,
             partitions: 2,
         };
-        let err = Grid::start(&node, shape).err().expect("a mismatch is refused");
+        let err = Grid::start(&node, shape)
+            .err()
+            .expect("a mismatch is refused");
         assert!(err.to_string().contains("same grid"), "{err}");
     }
     let cells = |nodes: &[Option<(Node, Db, Grid)>]| -> Vec<(usize, u32, u32)> {
@@ -217,10 +227,11 @@ fn subscribers_on_two_nodes_see_every_change_once_while_a_matching_node_leaves()
         .collect();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut exists = BTreeSet::new();
-    let write = |rng: &mut Rng, exists: &mut BTreeSet<String>, nodes: &[Option<(Node, Db, Grid)>]| {
-        let db = &nodes[primary].as_ref().unwrap().1;
-        db.commit(transaction(rng, exists)).unwrap().seq
-    };
+    let write =
+        |rng: &mut Rng, exists: &mut BTreeSet<String>, nodes: &[Option<(Node, Db, Grid)>]| {
+            let db = &nodes[primary].as_ref().unwrap().1;
+            db.commit(transaction(rng, exists)).unwrap().seq
+        };
     for _ in 0..20 {
         write(&mut rng, &mut exists, &nodes);
     }

@@ -182,7 +182,17 @@ struct ClusterArgs {
     /// How long a write waits for the replicated log before failing with `unavailable`.
     #[arg(long, default_value_t = 5000, requires = "cluster")]
     write_timeout_ms: u64,
+    /// Query partitions (rows) of the live-query matching grid; with `--cluster`, the grid
+    /// across the cluster's nodes (every node must give the same shape).
+    #[arg(long, requires = "grid_partitions", value_parser = clap::value_parser!(u32).range(1..=GRID_SIDE_MAX))]
+    grid_rows: Option<u32>,
+    /// Write partitions of the live-query matching grid (see `--grid-rows`).
+    #[arg(long, requires = "grid_rows", value_parser = clap::value_parser!(u32).range(1..=GRID_SIDE_MAX))]
+    grid_partitions: Option<u32>,
 }
+
+/// The largest number of rows or of write partitions a grid may have.
+const GRID_SIDE_MAX: i64 = 256;
 
 #[cfg(feature = "cluster")]
 fn cluster_options(
@@ -191,6 +201,9 @@ fn cluster_options(
     rules: bool,
 ) -> Result<Option<herald_cluster::ClusterOptions>, String> {
     let Some(bootstrap) = args.cluster else {
+        if args.grid_rows.is_some() {
+            return Err("--grid-rows and --grid-partitions need --cluster in this build".into());
+        }
         return Ok(None);
     };
     if rules {
@@ -209,11 +222,18 @@ fn cluster_options(
     opts.replication_factor = args.replication_factor.max(1);
     opts.session_timeout = Duration::from_millis(args.session_timeout_ms.max(500));
     opts.write_timeout = Duration::from_millis(args.write_timeout_ms.max(100));
+    opts.grid = args
+        .grid_rows
+        .zip(args.grid_partitions)
+        .map(|(rows, partitions)| herald_cluster::grid::Shape { rows, partitions });
     Ok(Some(opts))
 }
 
 #[cfg(not(feature = "cluster"))]
 fn cluster_options(args: ClusterArgs, _listen: SocketAddr, _rules: bool) -> Result<(), String> {
+    if args.grid_rows.is_some() {
+        return Err("--grid-rows and --grid-partitions need --cluster in this build".into());
+    }
     match args.cluster {
         None => Ok(()),
         Some(_) => Err("this herald was built without cluster mode: build it with \

@@ -61,10 +61,7 @@ impl CellState {
     }
 
     fn fail(&self, why: String) {
-        eprintln!(
-            "herald grid: cell ({}, {}): {why}",
-            self.row, self.part
-        );
+        eprintln!("herald grid: cell ({}, {}): {why}", self.row, self.part);
         *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
     }
 }
@@ -189,8 +186,13 @@ impl Cell<'_> {
             match db.commits_between(at, upto) {
                 Ok(LogRead::Commits(commits)) => {
                     for c in &commits {
-                        self.views
-                            .matches(c, self.state.part, self.ctx.shape.partitions, Some(&only), &mut matches);
+                        self.views.matches(
+                            c,
+                            self.state.part,
+                            self.ctx.shape.partitions,
+                            Some(&only),
+                            &mut matches,
+                        );
                     }
                 }
                 Ok(LogRead::Gone { .. }) => {
@@ -244,8 +246,13 @@ impl Cell<'_> {
         };
         let mut matches = Vec::new();
         for c in &commits {
-            self.views
-                .matches(c, self.state.part, self.ctx.shape.partitions, None, &mut matches);
+            self.views.matches(
+                c,
+                self.state.part,
+                self.ctx.shape.partitions,
+                None,
+                &mut matches,
+            );
             if matches.len() >= MATCHES_PER_RECORD_MAX && c.seq < upto {
                 if !self.publish(self.pos, self.end, std::mem::take(&mut matches)) {
                     return false;

@@ -140,7 +140,11 @@ impl KafkaMatching {
     fn register_pending(&mut self, from: u64) {
         let mut waits = Vec::new();
         for p in std::mem::take(&mut self.pending) {
-            let key = view_key(&self.ctx.shared.opts.node_id, self.ctx.incarnation, self.counter);
+            let key = view_key(
+                &self.ctx.shared.opts.node_id,
+                self.ctx.incarnation,
+                self.counter,
+            );
             self.counter += 1;
             let row = self.row_for_new();
             self.keys.insert(p.id, (key.clone(), row));

@@ -16,8 +16,8 @@
 //! - `rows.rs`: the row groups: which cells this node runs.
 //! - `front.rs`: `KafkaMatching`, the engine's `Matching` on a cluster node.
 
-pub mod coverage;
 mod cell;
+pub mod coverage;
 mod front;
 pub mod queries;
 mod rows;
@@ -96,7 +96,7 @@ pub struct RunningCell {
 /// the row groups (the others take its cells at once) and stops its threads.
 pub struct Grid {
     ctx: Arc<GridCtx>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// How long a starting node waits to read the queries topic.
@@ -133,12 +133,13 @@ impl Grid {
             stop: AtomicBool::new(false),
             incarnation,
         });
-        let mut grid = Grid {
+        let grid = Grid {
             ctx: ctx.clone(),
-            threads: Vec::new(),
+            threads: Mutex::new(Vec::new()),
         };
+        let push = |t| grid.threads.lock().unwrap_or_else(|e| e.into_inner()).push(t);
         let c = ctx.clone();
-        grid.threads.push(
+        push(
             std::thread::Builder::new()
                 .name("herald-grid-queries".into())
                 .spawn(move || queries::run(c))?,
@@ -172,7 +173,7 @@ impl Grid {
             }
         }
         let c = ctx.clone();
-        grid.threads.push(
+        push(
             std::thread::Builder::new()
                 .name("herald-grid-rows".into())
                 .spawn(move || rows::run(c))?,
@@ -216,17 +217,34 @@ impl Grid {
 
     /// The last error of the grid's Kafka clients, if any.
     pub fn error(&self) -> Option<String> {
-        let own = self.ctx.error.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let own = self
+            .ctx
+            .error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         own.or_else(|| self.ctx.registry.lock().error.clone())
+    }
+
+    /// Leaves the row groups (the other nodes take this node's cells at once) and stops the
+    /// grid's threads; a front end of this grid stops reading too.
+    pub fn stop(&self) {
+        self.ctx.stop.store(true, Ordering::Release);
+        self.ctx.registry.changed.notify_all();
+        let threads: Vec<JoinHandle<()>> = self
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect();
+        for t in threads {
+            let _ = t.join();
+        }
     }
 }
 
 impl Drop for Grid {
     fn drop(&mut self) {
-        self.ctx.stop.store(true, Ordering::Release);
-        self.ctx.registry.changed.notify_all();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        self.stop();
     }
 }

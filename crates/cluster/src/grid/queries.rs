@@ -111,8 +111,7 @@ impl Registry {
 /// Follows the queries topic until the grid stops.
 pub(crate) fn run(ctx: Arc<GridCtx>) {
     let (shared, topic, registry) = (&ctx.shared, &ctx.topics.queries, &ctx.registry);
-    let consumer: BaseConsumer = match crate::kafka::reader(&shared.opts, "grid.queries").create()
-    {
+    let consumer: BaseConsumer = match crate::kafka::reader(&shared.opts, "grid.queries").create() {
         Ok(c) => c,
         Err(e) => {
             registry.lock().error = Some(format!("queries consumer: {e}"));
