@@ -137,7 +137,12 @@ impl Grid {
             ctx: ctx.clone(),
             threads: Mutex::new(Vec::new()),
         };
-        let push = |t| grid.threads.lock().unwrap_or_else(|e| e.into_inner()).push(t);
+        let push = |t| {
+            grid.threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(t)
+        };
         let c = ctx.clone();
         push(
             std::thread::Builder::new()

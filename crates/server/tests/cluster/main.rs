@@ -46,6 +46,7 @@
 //! message.
 #![cfg(unix)]
 
+mod grid;
 mod load;
 mod node;
 
@@ -192,6 +193,7 @@ fn cluster_survives_faults() {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(WRITE_TIMEOUT_MS),
+        grid: None,
     };
     let mut cluster = Cluster {
         nodes: (0..NODES)
