@@ -237,18 +237,18 @@ fn subscribers_on_two_nodes_see_every_change_once_while_a_matching_node_leaves()
     }
     let mut subs: Vec<(usize, usize, Arc<TestSink>)> = Vec::new();
     for (e, (_, engine)) in engines.iter().enumerate() {
-        for qi in 0..QUERIES.len() {
+        for (qi, text) in QUERIES.iter().enumerate() {
             let sink = Arc::new(TestSink {
                 conn: (e * 100 + qi) as u64,
                 msgs: Mutex::new(Vec::new()),
             });
-            let q: Value = serde_json::from_str(QUERIES[qi]).unwrap();
+            let q: Value = serde_json::from_str(text).unwrap();
             engine
                 .subscribe(SubscribeRequest {
                     sub: format!("q{qi}"),
                     collection: "things".into(),
                     query: Query::parse(&q).unwrap(),
-                    key: format!("things\n{}", QUERIES[qi]),
+                    key: format!("things\n{text}"),
                     resume_from: None,
                     sink: sink.clone(),
                 })

@@ -213,10 +213,10 @@ impl Cell<'_> {
                 }
             }
             at = upto;
-            if matches.len() >= MATCHES_PER_RECORD_MAX {
-                if !self.publish(self.pos, self.end, std::mem::take(&mut matches)) {
-                    return false;
-                }
+            if matches.len() >= MATCHES_PER_RECORD_MAX
+                && !self.publish(self.pos, self.end, std::mem::take(&mut matches))
+            {
+                return false;
             }
         }
         self.end = new_end;
@@ -253,10 +253,11 @@ impl Cell<'_> {
                 None,
                 &mut matches,
             );
-            if matches.len() >= MATCHES_PER_RECORD_MAX && c.seq < upto {
-                if !self.publish(self.pos, self.end, std::mem::take(&mut matches)) {
-                    return false;
-                }
+            if matches.len() >= MATCHES_PER_RECORD_MAX
+                && c.seq < upto
+                && !self.publish(self.pos, self.end, std::mem::take(&mut matches))
+            {
+                return false;
             }
         }
         if !self.publish(upto, self.end, matches) {

@@ -7,7 +7,9 @@
 //! subscriber must receive a batch exactly at the seqs where its result changed, its list after
 //! each batch must equal the query's result there (`Query::run`, the reference evaluation), with
 //! seqs increasing and no reset; and the dead node's cells must run elsewhere within ~10 s.
-//! `HERALD_SLOW=1` kills three times (restarting the node in between) and writes longer.
+//! `HERALD_SLOW=1` kills three times (restarting the node in between), writes longer, and uses
+//! a 2 x 3 grid: three partitions per row over three nodes give every node one cell per row, so
+//! the restarted node runs cells again before the next kill.
 
 use crate::node::{NodeConfig, NodeProc};
 use futures_util::{SinkExt, StreamExt};
@@ -55,15 +57,21 @@ async fn cells(http: &reqwest::Client, nodes: &[(usize, String)]) -> Vec<(usize,
     out
 }
 
-fn complete(cells: &[(usize, u64, u64)]) -> bool {
+/// Whether every one of the `n` cells runs, once.
+fn complete(cells: &[(usize, u64, u64)], n: usize) -> bool {
     let distinct: BTreeSet<(u64, u64)> = cells.iter().map(|c| (c.1, c.2)).collect();
-    distinct.len() == 4 && cells.len() == 4
+    distinct.len() == n && cells.len() == n
 }
 
-async fn wait_cells(http: &reqwest::Client, nodes: &[(usize, String)], timeout: Duration) -> bool {
+async fn wait_cells(
+    http: &reqwest::Client,
+    nodes: &[(usize, String)],
+    n: usize,
+    timeout: Duration,
+) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
-        if complete(&cells(http, nodes).await) {
+        if complete(&cells(http, nodes).await, n) {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -253,7 +261,7 @@ fn grid_subscribers_miss_nothing_when_a_matching_node_is_killed() {
         replication_factor: 1,
         session_timeout_ms: 3000,
         write_timeout_ms: 5000,
-        grid: Some((2, 2)),
+        grid: Some((2, if slow { 3 } else { 2 })),
     };
     let mut nodes: Vec<NodeProc> = (0..3)
         .map(|i| NodeProc::new(&format!("g{i}"), &root))
@@ -304,7 +312,9 @@ async fn run(nodes: &mut [NodeProc], cfg: &NodeConfig, slow: bool) -> Result<(),
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let all: Vec<(usize, String)> = (0..3).map(|i| (i, nodes[i].url())).collect();
-    if !wait_cells(&http, &all, Duration::from_secs(60)).await {
+    let (rows, parts) = cfg.grid.unwrap();
+    let n = (rows * parts) as usize;
+    if !wait_cells(&http, &all, n, Duration::from_secs(60)).await {
         return Err(format!(
             "the cells never all ran: {:?}",
             cells(&http, &all).await
@@ -343,11 +353,11 @@ async fn run(nodes: &mut [NodeProc], cfg: &NodeConfig, slow: bool) -> Result<(),
         for _ in 0..per_phase {
             write_one(&http, &url, &mut rng, &mut history).await;
             tokio::time::sleep(Duration::from_millis(20)).await;
-            if moved.is_none() && complete(&cells(&http, &fronts).await) {
+            if moved.is_none() && complete(&cells(&http, &fronts).await, n) {
                 moved = Some(killed.elapsed());
             }
         }
-        if moved.is_none() && wait_cells(&http, &fronts, MOVE_MAX).await {
+        if moved.is_none() && wait_cells(&http, &fronts, n, MOVE_MAX).await {
             moved = Some(killed.elapsed());
         }
         let Some(moved) = moved.filter(|m| *m <= MOVE_MAX) else {
@@ -359,6 +369,17 @@ async fn run(nodes: &mut [NodeProc], cfg: &NodeConfig, slow: bool) -> Result<(),
         eprintln!("grid test: kill {k}: the cells ran elsewhere after {moved:?}");
         if k + 1 < kills {
             nodes[victim].spawn(cfg);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let c = cells(&http, &all).await;
+                if complete(&c, n) && c.iter().any(|c| c.0 == victim) {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("the restarted g{victim} runs no cell: {c:?}"));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
     }
     let last = history.last().unwrap().0;
