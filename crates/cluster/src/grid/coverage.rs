@@ -52,6 +52,9 @@ pub struct Coverage {
     /// The last seq released: older matches are late duplicates.
     released: u64,
     overflow: Option<Overflow>,
+    /// [`Coverage::needs`] as of the last change of `views` (`None`: to recompute): the
+    /// engine asks after every record read, views change far less often.
+    needs: Option<BTreeMap<u32, Option<u64>>>,
 }
 
 impl Coverage {
@@ -69,6 +72,7 @@ impl Coverage {
             cap,
             released,
             overflow: None,
+            needs: None,
         }
     }
 
@@ -83,6 +87,7 @@ impl Coverage {
     /// A view of this front end, starting after `from`, in `row`; its offset comes later.
     pub fn register(&mut self, key: &str, id: LocalId, row: u32, from: u64) {
         assert!(row < self.rows, "row {row} of {}", self.rows);
+        self.needs = None;
         self.views.insert(
             key.to_string(),
             View {
@@ -98,12 +103,14 @@ impl Coverage {
     pub fn registered(&mut self, key: &str, offset: u64) {
         if let Some(v) = self.views.get_mut(key) {
             v.offset = Some(offset);
+            self.needs = None;
         }
     }
 
     /// Forgets a view and its buffered matches (its local id may be reused at once).
     pub fn remove(&mut self, key: &str) {
         if self.views.remove(key).is_some() {
+            self.needs = None;
             for m in self.buffer.values_mut() {
                 if let Some(set) = m.remove(key) {
                     self.buffered -= set.len();
@@ -155,6 +162,7 @@ impl Coverage {
     /// anew), keeping the claims; the front end continues after `released`.
     pub fn reset(&mut self, released: u64) {
         self.views.clear();
+        self.needs = None;
         self.buffer.clear();
         self.buffered = 0;
         self.overflow = None;
@@ -174,7 +182,14 @@ impl Coverage {
 
     /// Per row holding views of this front end, the queries_end a claim needs (above every
     /// view's registration offset), or `None` for a row with a registration not yet confirmed.
-    pub fn needs(&self) -> BTreeMap<u32, Option<u64>> {
+    pub fn needs(&mut self) -> &BTreeMap<u32, Option<u64>> {
+        if self.needs.is_none() {
+            self.needs = Some(self.compute_needs());
+        }
+        self.needs.as_ref().expect("just computed")
+    }
+
+    fn compute_needs(&self) -> BTreeMap<u32, Option<u64>> {
         let mut needs: BTreeMap<u32, Option<u64>> = BTreeMap::new();
         for v in self.views.values() {
             let need = needs.entry(v.row).or_insert(Some(0));
@@ -187,8 +202,10 @@ impl Coverage {
     }
 
     /// Whether every match with seq `<= seq` of every view has been read.
-    pub fn complete(&self, seq: u64) -> bool {
-        self.needs().into_iter().all(|(row, need)| {
+    pub fn complete(&mut self, seq: u64) -> bool {
+        self.needs();
+        let needs = self.needs.as_ref().expect("computed");
+        needs.iter().all(|(&row, need)| {
             need.is_some_and(|need| {
                 (0..self.parts).all(|part| self.claimed(row, part, need).is_some_and(|t| t >= seq))
             })
@@ -237,7 +254,16 @@ fn add_claim(cell: &mut Vec<(u64, u64)>, e: u64, t: u64) {
     cell.retain(|&(e2, t2)| !(e2 <= e && t2 <= t));
     let at = cell.partition_point(|&(e2, _)| e2 < e);
     cell.insert(at, (e, t));
+    // One owner's claims grow in both members, each dominating the last: a frontier longer
+    // than one comes from zombies and takeovers. Forgetting a claim can only delay a release
+    // (a later claim covers it), never make one wrong; the oldest views' claim goes first.
+    if cell.len() > FRONTIER_MAX {
+        cell.remove(0);
+    }
 }
+
+/// Claims kept per cell at most.
+const FRONTIER_MAX: usize = 64;
 
 #[cfg(test)]
 mod tests;

@@ -278,13 +278,14 @@ impl Matching for KafkaMatching {
     }
 
     fn cells(&self) -> Vec<CellStatus> {
-        let st = self.front.lock();
+        let mut st = self.front.lock();
         let mut views = vec![0usize; self.ctx.shape.rows as usize];
         for (_, row) in self.keys.values() {
             views[*row as usize] += 1;
         }
         let mut out = Vec::new();
-        for (row, need) in st.coverage.needs() {
+        let needs = st.coverage.needs().clone();
+        for (row, need) in needs {
             for part in 0..self.ctx.shape.partitions {
                 let seq = need
                     .and_then(|n| st.coverage.claimed(row, part, n))
