@@ -34,6 +34,10 @@ impl CellViews {
         self.views.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.views.is_empty()
+    }
+
     /// Adds a view; a filter this node cannot parse (only a node of another version could
     /// refuse what the front end parsed) is refused with `false`.
     pub fn add(&mut self, key: &str, reg: &Registration) -> bool {
