@@ -108,6 +108,23 @@ pub(crate) fn run(ctx: Arc<GridCtx>, state: Arc<CellState>) {
         }
         db.feed().wait_after(db.seq(), IDLE_WAIT * 10);
     }
+    // The claim covers the views registered below `end`: this node's copy of the views must
+    // reach that far before the cell takes them as covered (a view it has not read yet would
+    // never be matched, and the claim says it was).
+    loop {
+        let reg = ctx.registry.lock();
+        if reg.end >= end {
+            break;
+        }
+        let _ = ctx
+            .registry
+            .changed
+            .wait_timeout(reg, IDLE_WAIT * 10)
+            .unwrap_or_else(|e| e.into_inner());
+        if state.stopped(&ctx) {
+            return;
+        }
+    }
     let mut cell = Cell {
         ctx: &ctx,
         state: &state,
