@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 /// How long notifications may trail the last acknowledged write.
 const DRAIN_MAX: Duration = Duration::from_secs(15);
+/// Unmeasured writes (one every 100 ms) between subscribing and measuring.
+const SETTLE_WRITES: u64 = 20;
 
 #[derive(Debug, Clone)]
 pub struct GridOptions {
@@ -107,6 +109,20 @@ async fn one(
         delivered.clone(),
     )
     .await?;
+    // Settle, unmeasured: a few commits to another collection (with the grid, the views are
+    // registered before the first commit after they were added, and the cells learn them),
+    // then a pause, so the figures are of the steady state.
+    let base = nodes.nodes[p].base();
+    for i in 0..SETTLE_WRITES {
+        client
+            .put(format!("{base}/v1/docs/gq_settle/s{i}"))
+            .json(&json!({"i": i}))
+            .send()
+            .await
+            .map_err(|e| format!("settling: {e}"))?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let (pids, kafka) = (nodes.pids(), ctx.kafka_pids());
     let subs = opts.subs.max(1);
     let cpu_before = nodes.cpu_secs();
