@@ -100,13 +100,16 @@ pub(crate) fn run(ctx: Arc<GridCtx>, state: Arc<CellState>) {
         }
     };
     let db = ctx.shared.db();
-    let (pos, end) = claim.unwrap_or((db.seq(), 0));
+    // Positions are the feed's seqs, not `Db::seq`: the commit hook advances the seq before it
+    // publishes the commit, so a range read up to `Db::seq` can miss the newest commit (and a
+    // claim over it would be false). The engine reads up to the feed's seq too.
+    let (pos, end) = claim.unwrap_or((db.feed().last_seq(), 0));
     // Re-matching up to the claim needs this node's commits up to it.
-    while db.seq() < pos {
+    while db.feed().last_seq() < pos {
         if state.stopped(&ctx) {
             return;
         }
-        db.feed().wait_after(db.seq(), IDLE_WAIT * 10);
+        db.feed().wait_after(db.feed().last_seq(), IDLE_WAIT * 10);
     }
     // The claim covers the views registered below `end`: this node's copy of the views must
     // reach that far before the cell takes them as covered (a view it has not read yet would
@@ -153,7 +156,7 @@ pub(crate) fn run(ctx: Arc<GridCtx>, state: Arc<CellState>) {
             return;
         }
         state.views.store(cell.views.len(), Ordering::Release);
-        let last = db.seq();
+        let last = db.feed().last_seq();
         if last > cell.pos {
             if !cell.advance(last.min(cell.pos + BATCH_COMMITS_MAX)) {
                 return;
