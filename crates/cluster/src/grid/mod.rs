@@ -197,7 +197,7 @@ impl Grid {
 
     /// The cells this node runs now.
     pub fn running(&self) -> Vec<RunningCell> {
-        let seq = self.ctx.shared.db().seq();
+        let seq = self.ctx.shared.db().feed().last_seq();
         let mut out: Vec<RunningCell> = self
             .ctx
             .cells
