@@ -11,6 +11,8 @@ use herald_db::live::engine::top_at;
 use herald_db::live::{LiveEngine, Message, Sink, SubscribeRequest};
 use herald_db::{Db, DbOptions, Write};
 use herald_query::Query;
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -295,4 +297,44 @@ fn subscribers_on_two_nodes_see_every_change_once_while_a_matching_node_leaves()
     for (_, engine) in &engines {
         engine.stop();
     }
+    // A stopped engine's views go; a node that died without removing its views removes them
+    // when it starts again (here: views of an earlier run of node `a`, written by hand).
+    let (a, b) = (engines[0].0, engines[1].0);
+    let registered =
+        |nodes: &[Option<(Node, Db, Grid)>]| nodes[b].as_ref().unwrap().2.registered_views();
+    wait_until(
+        "the stopped engines' views removed",
+        Duration::from_secs(20),
+        || registered(&nodes) == 0,
+    );
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", kafka.bootstrap())
+        .create()
+        .unwrap();
+    let topic = format!("{cluster}.grid.queries");
+    for i in 0..3 {
+        let key = format!("n{a}/1/{i}");
+        let value = json!({"collection": "things", "filter": {}, "row": 0, "fromSeq": 0,
+                           "node": format!("n{a}")})
+        .to_string();
+        producer
+            .send(BaseRecord::to(&topic).key(&key).payload(&value))
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    wait_until(
+        "the earlier run's views registered",
+        Duration::from_secs(20),
+        || registered(&nodes) == 3,
+    );
+    {
+        let (node, _, grid) = nodes[a].as_mut().unwrap();
+        grid.stop();
+        *grid = Grid::start(node, SHAPE).expect("the grid starts again");
+    }
+    wait_until(
+        "the earlier run's views removed",
+        Duration::from_secs(20),
+        || registered(&nodes) == 0,
+    );
 }

@@ -305,6 +305,11 @@ impl Matching for KafkaMatching {
 
 impl Drop for KafkaMatching {
     fn drop(&mut self) {
+        // The engine stopped: its views go (best effort; a node that dies without this removes
+        // them when it starts again, `Grid::start`).
+        for (key, _) in self.keys.values() {
+            let _ = self.send(key, None);
+        }
         self.front.stop.store(true, Ordering::Release);
         if let Some(t) = self.reader.take() {
             let _ = t.join();

@@ -177,6 +177,7 @@ impl Grid {
                     .map_err(StartError::Kafka)?;
             }
         }
+        forget_earlier_runs(&ctx);
         let c = ctx.clone();
         push(
             std::thread::Builder::new()
@@ -220,6 +221,11 @@ impl Grid {
         out
     }
 
+    /// Views registered in the whole grid, as this node's copy of the queries topic says.
+    pub fn registered_views(&self) -> usize {
+        self.ctx.registry.lock().views.len()
+    }
+
     /// The last error of the grid's Kafka clients, if any.
     pub fn error(&self) -> Option<String> {
         let own = self
@@ -245,6 +251,45 @@ impl Grid {
         for t in threads {
             let _ = t.join();
         }
+    }
+}
+
+/// Removes the views an earlier run of this node registered (it died without removing them:
+/// their subscribers are gone, and the cells would match them forever). Keys carry the node id
+/// and the run's incarnation; only one process runs as a node id at a time.
+fn forget_earlier_runs(ctx: &GridCtx) {
+    let node = &ctx.shared.opts.node_id;
+    let mine = wire::key_prefix(node, ctx.incarnation);
+    let stale: Vec<String> = ctx
+        .registry
+        .lock()
+        .views
+        .iter()
+        .filter(|(k, r)| r.reg.node == *node && !k.starts_with(&mine))
+        .map(|(k, _)| k.clone())
+        .collect();
+    if !stale.is_empty() {
+        eprintln!(
+            "herald grid: node {node} removes {} views of its earlier runs",
+            stale.len()
+        );
+    }
+    let mut waits = Vec::new();
+    for key in &stale {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let record = rdkafka::producer::BaseRecord::<str, [u8], _>::with_opaque_to(
+            &ctx.topics.queries,
+            Box::new(tx),
+        )
+        .key(key.as_str());
+        if ctx.shared.producer.send(record).is_ok() {
+            waits.push(rx);
+        }
+    }
+    // Best effort: a tombstone lost now is sent again at the next start.
+    let wait = ctx.shared.opts.write_timeout + Duration::from_secs(1);
+    for rx in waits {
+        let _ = rx.recv_timeout(wait);
     }
 }
 

@@ -87,6 +87,8 @@ impl Registry {
                 st.shape = Some(shape);
             }
         } else {
+            // A tombstone has no value; an empty one is taken as one too.
+            let payload = payload.filter(|p| !p.is_empty());
             match payload.map(serde_json::from_slice::<Registration>) {
                 Some(Ok(reg)) => {
                     if st.views.len() < VIEWS_MAX || st.views.contains_key(key) {
