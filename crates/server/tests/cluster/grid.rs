@@ -341,6 +341,41 @@ async fn run(nodes: &mut [NodeProc], cfg: &NodeConfig, slow: bool) -> Result<(),
             subs.push((*i, qi, got, task));
         }
     }
+    // The front ends show the cells their subscriptions wait on, and the metrics have them
+    // (the engine refreshes its view of the cells every 100 ms).
+    for _ in 0..10 {
+        write_one(&http, &url, &mut rng, &mut history).await;
+    }
+    for (i, front) in &fronts {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let status = crate::load::call(
+                &http,
+                reqwest::Method::GET,
+                &format!("{front}/v1/cluster"),
+                None,
+            )
+            .await?
+            .1;
+            let metrics = http
+                .get(format!("{front}/metrics"))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?
+                .text()
+                .await
+                .map_err(|e| e.to_string())?;
+            let waiting = status["grid"]["waiting"].as_array().map_or(0, Vec::len);
+            let lag = "herald_grid_cell_lag_seqs{kind=\"waiting\",row=\"0\",part=\"0\"}";
+            if waiting == n && metrics.contains(lag) {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("g{i} waits on {waiting} cells, not {n}: {status}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     let kills = if slow { 3 } else { 1 };
     let per_phase = if slow { 200 } else { 60 };
     for k in 0..kills {
