@@ -239,6 +239,11 @@ impl Coverage {
         out
     }
 
+    /// Whether this front end has a view (registered, or waiting for its offset).
+    pub fn has_views(&self) -> bool {
+        !self.views.is_empty()
+    }
+
     /// Buffered matches (for metrics).
     pub fn buffered(&self) -> usize {
         self.buffered

@@ -322,6 +322,11 @@ fn read_matches(ctx: Arc<GridCtx>, front: Arc<Front>, consumer: BaseConsumer) {
     while !front.stop.load(Ordering::Acquire) && !ctx.stopping() {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
+                // Without views nothing read now can serve: a claim made before a view was
+                // registered never covers it. So records are not even parsed then.
+                if !front.lock().coverage.has_views() {
+                    continue;
+                }
                 let Some(r) = m
                     .payload()
                     .and_then(|p| serde_json::from_slice::<CellRecord>(p).ok())
