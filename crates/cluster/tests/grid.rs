@@ -187,6 +187,14 @@ fn subscribers_on_two_nodes_see_every_change_once_while_a_matching_node_leaves()
             .err()
             .expect("a mismatch is refused");
         assert!(err.to_string().contains("same grid"), "{err}");
+        let shape = Shape {
+            rows: 2,
+            partitions: 3,
+        };
+        let err = Grid::start(&node, shape)
+            .err()
+            .expect("a mismatch is refused");
+        assert!(err.to_string().contains("write partitions"), "{err}");
     }
     let cells = |nodes: &[Option<(Node, Db, Grid)>]| -> Vec<(usize, u32, u32)> {
         let mut all = Vec::new();
