@@ -177,11 +177,32 @@ pub(crate) fn grid_member(opts: &ClusterOptions, row: u32) -> ClientConfig {
 /// last claim, and a front end only reads what was published since it started.
 pub const GRID_MATCHES_RETENTION_MS: u64 = 3_600_000;
 
+/// The grid's topic names.
+#[derive(Debug, Clone)]
+pub struct GridTopics {
+    /// W partitions, no records: each row's consumer group hands its partitions out as cells.
+    pub cells: String,
+    /// One partition, compacted: the active views by global key, and the grid's shape.
+    pub queries: String,
+    /// One partition: the cells' records (matches and claims).
+    pub matches: String,
+}
+
+impl GridTopics {
+    pub fn new(cluster: &str) -> GridTopics {
+        GridTopics {
+            cells: format!("{cluster}.grid.cells"),
+            queries: format!("{cluster}.grid.queries"),
+            matches: format!("{cluster}.grid.matches"),
+        }
+    }
+}
+
 /// Creates the grid's topics if missing and returns the partition count of the cells topic
 /// (an existing topic keeps the count it was created with).
 pub(crate) fn ensure_grid_topics(
     opts: &ClusterOptions,
-    topics: &crate::grid::GridTopics,
+    topics: &GridTopics,
     partitions: u32,
 ) -> Result<u32, String> {
     let (o, t) = (opts.clone(), topics.clone());

@@ -26,6 +26,7 @@ pub mod wire;
 
 pub use front::KafkaMatching;
 
+pub use crate::kafka::GridTopics;
 use crate::node::{Node, StartError};
 use crate::shared::Shared;
 use cell::CellState;
@@ -35,27 +36,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 pub use wire::Shape;
-
-/// The grid's topic names.
-#[derive(Debug, Clone)]
-pub struct GridTopics {
-    /// W partitions, no records: each row's consumer group hands its partitions out as cells.
-    pub cells: String,
-    /// One partition, compacted: the active views by global key, and the grid's shape.
-    pub queries: String,
-    /// One partition: the cells' records (matches and claims).
-    pub matches: String,
-}
-
-impl GridTopics {
-    pub fn new(cluster: &str) -> GridTopics {
-        GridTopics {
-            cells: format!("{cluster}.grid.cells"),
-            queries: format!("{cluster}.grid.queries"),
-            matches: format!("{cluster}.grid.matches"),
-        }
-    }
-}
 
 /// What the grid's threads share.
 pub(crate) struct GridCtx {
