@@ -266,12 +266,16 @@ impl Set {
         self.built = self.entries.len();
         self.tombstones = 0;
         self.builds += 1;
-        self.automaton = (self.built > 0).then(|| {
-            AhoCorasick::builder()
-                .ascii_case_insensitive(self.ci)
-                .build(self.entries.iter().map(|e| &e.lit))
-                .expect("literal patterns within the automaton's limits")
-        });
+        // A build only fails past the automaton's size limits; the literals are then all
+        // checked one by one (slow, still a superset).
+        self.automaton = (self.built > 0)
+            .then(|| {
+                AhoCorasick::builder()
+                    .ascii_case_insensitive(self.ci)
+                    .build(self.entries.iter().map(|e| &e.lit))
+                    .ok()
+            })
+            .flatten();
     }
 
     /// Adds the views of every literal that `s` contains.
@@ -281,8 +285,11 @@ impl Set {
                 out.extend(self.entries[m.pattern().as_usize()].views.iter().copied());
             }
         }
-        let pending = &self.entries[self.built..];
-        if pending.is_empty() {
+        let linear = match &self.automaton {
+            Some(_) => &self.entries[self.built..],
+            None => &self.entries[..],
+        };
+        if linear.is_empty() {
             return;
         }
         let hay = if self.ci {
@@ -292,7 +299,7 @@ impl Set {
         } else {
             s
         };
-        for e in pending {
+        for e in linear {
             if memchr::memmem::find(hay, &e.lit).is_some() {
                 out.extend(e.views.iter().copied());
             }
