@@ -198,7 +198,7 @@ fn type_conjunct(e: &Expr) -> Option<(String, u16)> {
     match e {
         Expr::And(xs) => xs.iter().find_map(type_conjunct),
         Expr::Field(f) => f.ops.iter().find_map(|op| match op {
-            FieldOp::Test(Test::Exists) => Some((f.path.as_str().to_string(), u16::MAX)),
+            FieldOp::Test(Test::Exists) => Some((f.path.as_str().to_string(), types::ANY)),
             FieldOp::Test(Test::Type(set)) if set.0 != 0 => {
                 Some((f.path.as_str().to_string(), set.0))
             }

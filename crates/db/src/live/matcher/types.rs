@@ -14,6 +14,16 @@ use std::collections::HashSet;
 /// The type bits a `TypeSet` can hold.
 const BITS: usize = 16;
 
+/// Every type a stored value can have (`TypeSet::of` gives one of these): `$exists: true`.
+pub(super) const ANY: u16 = TypeSet::DOUBLE
+    | TypeSet::STRING
+    | TypeSet::OBJECT
+    | TypeSet::ARRAY
+    | TypeSet::BOOL
+    | TypeSet::NULL
+    | TypeSet::INT
+    | TypeSet::LONG;
+
 pub(super) struct Types {
     pub(super) parsed: FieldPath,
     /// Per type bit, the views whose set holds it (a view is in each of its bits).
@@ -67,6 +77,29 @@ impl Types {
             if met & (1 << bit) != 0 {
                 out.extend(views.iter().copied());
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn any_holds_the_type_of_every_value() {
+        for v in [
+            json!(1),
+            json!(1.5),
+            json!(1u64 << 40),
+            json!(u64::MAX),
+            json!("s"),
+            json!([]),
+            json!({}),
+            json!(null),
+            json!(true),
+        ] {
+            assert_ne!(TypeSet::of(&v) & ANY, 0, "{v}");
         }
     }
 }
