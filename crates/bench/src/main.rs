@@ -73,6 +73,9 @@ enum PartArg {
     Failover,
     /// Range queries on a follower vs the primary; subscription latency on each.
     Reads,
+    /// Notification latency of unindexable subscriptions: single node, 3 nodes, 3 nodes with
+    /// the matching grid.
+    Grid,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -338,7 +341,7 @@ enum Command {
     /// a follower vs the primary. Needs `herald` built with `--features cluster` (done first
     /// when run by cargo), java and mvn (scripts/kafka installs the broker).
     Cluster {
-        /// Parts to run, in order (comma-separated): writes, failover, reads.
+        /// Parts to run, in order (comma-separated): writes, failover, reads, grid.
         #[arg(
             long,
             value_enum,
@@ -411,6 +414,22 @@ enum Command {
         /// Reads: seconds of those writes.
         #[arg(long, default_value_t = 10)]
         sub_secs: u64,
+        /// Grid: unindexable subscriptions on the measured node.
+        #[arg(long, default_value_t = 1_000)]
+        grid_subs: u64,
+        /// Grid: writes/s to the primary (each matches one subscription); about 80% of the
+        /// single node's capacity reads as the paper's table 3.
+        #[arg(long, default_value_t = 500)]
+        grid_rate: u64,
+        /// Grid: seconds of writes per configuration.
+        #[arg(long, default_value_t = 10)]
+        grid_secs: u64,
+        /// Grid: rows (query partitions) of the grid configuration.
+        #[arg(long, default_value_t = 2)]
+        grid_rows: u32,
+        /// Grid: write partitions of the grid configuration.
+        #[arg(long, default_value_t = 2)]
+        grid_partitions: u32,
         /// Directory of cluster.json, cluster.csv and failover.csv (default:
         /// crates/bench/results/<UTC date>-cluster).
         #[arg(long)]
@@ -714,9 +733,14 @@ fn main() {
             subs,
             sub_rate,
             sub_secs,
+            grid_subs,
+            grid_rate,
+            grid_secs,
+            grid_rows,
+            grid_partitions,
             out_dir,
         } => {
-            use herald_bench::cluster::{failover, reads, writes, ClusterBenchOptions, Part};
+            use herald_bench::cluster::{failover, grid, reads, writes, ClusterBenchOptions, Part};
             herald_bench::harness::server::set_herald_features(&["cluster"]);
             let opts = ClusterBenchOptions {
                 parts: parts
@@ -725,6 +749,7 @@ fn main() {
                         PartArg::Writes => Part::Writes,
                         PartArg::Failover => Part::Failover,
                         PartArg::Reads => Part::Reads,
+                        PartArg::Grid => Part::Grid,
                     })
                     .collect(),
                 brokers: brokers as usize,
@@ -753,6 +778,13 @@ fn main() {
                     subs,
                     sub_rate,
                     sub_secs,
+                },
+                grid: grid::GridOptions {
+                    subs: grid_subs,
+                    rate: grid_rate,
+                    secs: grid_secs,
+                    rows: grid_rows,
+                    partitions: grid_partitions,
                 },
                 out_dir,
             };

@@ -163,3 +163,70 @@ where
     .join()
     .expect("the admin thread does not panic")
 }
+
+/// A member of a grid row's group (`grid/rows.rs`): the session timeout is how long a dead
+/// node's cells go unmatched, as for the leadership group.
+pub(crate) fn grid_member(opts: &ClusterOptions, row: u32) -> ClientConfig {
+    let mut c = elector(opts);
+    c.set("group.id", format!("{}.grid.row.{row}", opts.cluster))
+        .set("client.id", format!("herald-{}-row{row}", opts.node_id));
+    c
+}
+
+/// The matches topic keeps records this long: a cell taking over reads back to the cell's
+/// last claim, and a front end only reads what was published since it started.
+pub const GRID_MATCHES_RETENTION_MS: u64 = 3_600_000;
+
+/// Creates the grid's topics if missing and returns the partition count of the cells topic
+/// (an existing topic keeps the count it was created with).
+pub(crate) fn ensure_grid_topics(
+    opts: &ClusterOptions,
+    topics: &crate::grid::GridTopics,
+    partitions: u32,
+) -> Result<u32, String> {
+    let (o, t) = (opts.clone(), topics.clone());
+    on_runtime(move || async move {
+        let admin: AdminClient<DefaultClientContext> = base(&o)
+            .create()
+            .map_err(|e| format!("Kafka admin client: {e}"))?;
+        let rf = || TopicReplication::Fixed(o.replication_factor);
+        let max_bytes = (RECORD_BYTES_MAX + (1 << 20)).to_string();
+        let retention = GRID_MATCHES_RETENTION_MS.to_string();
+        let new = [
+            NewTopic::new(&t.cells, partitions as i32, rf()),
+            NewTopic::new(&t.queries, 1, rf())
+                .set("cleanup.policy", "compact")
+                .set("segment.ms", "60000"),
+            NewTopic::new(&t.matches, 1, rf())
+                .set("max.message.bytes", &max_bytes)
+                .set("cleanup.policy", "delete")
+                .set("retention.ms", &retention)
+                .set("segment.ms", "600000"),
+        ];
+        let admin_opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let results = admin
+            .create_topics(&new, &admin_opts)
+            .await
+            .map_err(|e| format!("creating the grid's topics: {e}"))?;
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) => return Err(format!("creating topic {topic}: {code}")),
+            }
+        }
+        Ok(())
+    })?;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = base(opts)
+        .create()
+        .map_err(|e| format!("Kafka client: {e}"))?;
+    let md = consumer
+        .fetch_metadata(Some(&topics.cells), Duration::from_secs(10))
+        .map_err(|e| format!("the grid's cells topic: {e}"))?;
+    let count = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topics.cells)
+        .map_or(0, |t| t.partitions().len());
+    Ok(count as u32)
+}

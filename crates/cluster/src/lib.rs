@@ -12,10 +12,12 @@
 //! - `members.rs`: publishing and reading node statuses (`status.rs`) for `GET /v1/cluster`.
 //! - `snapshot.rs`: a store as one file, for a node that starts where the log no longer reaches.
 //! - `kafka.rs`: topics and client configurations.
+//! - `grid/`: the matching grid across machines (cells, the queries registry, the front end).
 //! - `testing.rs`: real Kafka brokers for tests and benchmarks.
 
 pub mod arbiter;
 mod election;
+pub mod grid;
 pub mod kafka;
 mod members;
 mod node;
@@ -50,6 +52,9 @@ pub struct ClusterOptions {
     pub session_timeout: Duration,
     /// How long a write may wait for the log before it fails with `unavailable`.
     pub write_timeout: Duration,
+    /// The matching grid's shape (`--grid-rows`, `--grid-partitions`): the node then runs
+    /// grid cells and its live queries match through the grid (`grid::Grid`).
+    pub grid: Option<grid::Shape>,
 }
 
 impl ClusterOptions {
@@ -62,6 +67,7 @@ impl ClusterOptions {
             replication_factor: 1,
             session_timeout: Duration::from_millis(3000),
             write_timeout: Duration::from_millis(5000),
+            grid: None,
         }
     }
 }

@@ -52,7 +52,8 @@ pub use server::{
 };
 pub use service::{
     ClusterStatus, CollectionInfo, CollectionList, DeadPurged, DeadRetried, DocDeleted, DocUpdated,
-    DocWritten, ExemptionsSet, Health, HealthStatus, IndexDropped, KeyCreated, KeyInfo, KeyList,
-    KeyRevoked, NodeRole, NodeStatus, RulesSet, StateDigest, TriggerDeleted,
+    DocWritten, ExemptionsSet, GridCell, GridStatus, Health, HealthStatus, IndexDropped,
+    KeyCreated, KeyInfo, KeyList, KeyRevoked, NodeRole, NodeStatus, RulesSet, StateDigest,
+    TriggerDeleted,
 };
 pub use write::{CommitBody, CommitReply, CommitResult, Write, WriteItem, WriteOp};

@@ -164,6 +164,39 @@ pub struct ClusterStatus {
     /// The primary's node id, `null` when none is known.
     pub primary: Option<String>,
     pub nodes: Vec<NodeStatus>,
+    /// The matching grid across machines (`--grid-rows` / `--grid-partitions` with
+    /// `--cluster`), `null` without one.
+    pub grid: Option<GridStatus>,
+}
+
+/// The matching grid as one node sees it (docs/cluster.md, "Matching grid").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GridStatus {
+    /// Query partitions.
+    pub rows: u32,
+    /// Write partitions.
+    pub partitions: u32,
+    /// The cells this node runs.
+    pub running: Vec<GridCell>,
+    /// The cells this node's subscriptions wait on (every cell of the rows holding its views).
+    pub waiting: Vec<GridCell>,
+}
+
+/// One cell of [`GridStatus`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GridCell {
+    pub row: u32,
+    pub part: u32,
+    /// The seq the cell has matched (for a cell waited on: claimed for this node's views).
+    pub seq: u64,
+    /// How many seqs it is behind this node's applied seq.
+    pub lag_seqs: u64,
+    /// Views it matches (for a cell waited on: this node's views in its row).
+    pub views: u64,
+    /// The node that runs it (for a cell waited on: the last one heard from), when known.
+    pub node: Option<String>,
 }
 
 /// One node of [`ClusterStatus`].

@@ -17,6 +17,9 @@ use std::cmp::Ordering;
 #[derive(Debug, Clone)]
 pub struct Filter {
     pub(crate) root: Expr,
+    /// The document it was parsed from (`{}` for [`Filter::all`]): what a node sends another
+    /// that evaluates the same filter (the matching grid across machines).
+    pub(crate) source: std::sync::Arc<Value>,
 }
 
 /// A node of the filter plan.
@@ -153,6 +156,7 @@ impl Filter {
     pub fn all() -> Filter {
         Filter {
             root: Expr::Const(true),
+            source: std::sync::Arc::new(Value::Object(Default::default())),
         }
     }
 

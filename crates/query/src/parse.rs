@@ -14,7 +14,15 @@ impl Filter {
     pub fn parse(filter: &Value) -> Result<Filter, QueryError> {
         let mut p = Parser { nodes: 0 };
         let root = p.filter(filter, 0)?;
-        Ok(Filter { root })
+        Ok(Filter {
+            root,
+            source: std::sync::Arc::new(filter.clone()),
+        })
+    }
+
+    /// The filter document this was parsed from (`{}` for [`Filter::all`]).
+    pub fn source(&self) -> &Value {
+        &self.source
     }
 }
 

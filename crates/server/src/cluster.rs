@@ -75,6 +75,7 @@ pub fn single_node_status(url: String, seq: u64) -> ClusterStatus {
             lag_seqs: 0,
             last_seen_ms: 0,
         }],
+        grid: None,
     }
 }
 

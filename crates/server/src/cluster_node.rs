@@ -2,19 +2,44 @@
 //! the state digest endpoint's data.
 
 use crate::cluster::{ClusterView, Role};
+use herald_cluster::grid::Grid;
 use herald_cluster::Node;
 use herald_db::Db;
-use herald_protocol::{ClusterStatus, NodeRole, NodeStatus};
+use herald_protocol::{ClusterStatus, GridCell, GridStatus, NodeRole, NodeStatus};
 use std::sync::Arc;
 
 struct NodeView {
     node: Arc<Node>,
     db: Db,
+    grid: Option<Arc<Grid>>,
 }
 
-/// The view of `node`, whose database is `db`.
-pub fn view(node: Arc<Node>, db: Db) -> Arc<dyn ClusterView> {
-    Arc::new(NodeView { node, db })
+/// The view of `node`, whose database is `db`, with its share of the matching grid.
+pub fn view(node: Arc<Node>, db: Db, grid: Option<Arc<Grid>>) -> Arc<dyn ClusterView> {
+    Arc::new(NodeView { node, db, grid })
+}
+
+/// The grid as this node sees it: the cells it runs (the cells its engine waits on are the
+/// engine's, `api::cluster` adds them).
+fn grid_status(grid: &Grid, me: &str) -> GridStatus {
+    let shape = grid.shape();
+    GridStatus {
+        rows: shape.rows,
+        partitions: shape.partitions,
+        running: grid
+            .running()
+            .into_iter()
+            .map(|c| GridCell {
+                row: c.row,
+                part: c.part,
+                seq: c.seq,
+                lag_seqs: c.lag,
+                views: c.views as u64,
+                node: Some(me.to_string()),
+            })
+            .collect(),
+        waiting: Vec::new(),
+    }
 }
 
 fn role_of(role: herald_cluster::Role) -> Role {
@@ -78,6 +103,7 @@ impl ClusterView for NodeView {
                     url: n.url,
                 })
                 .collect(),
+            grid: self.grid.as_deref().map(|g| grid_status(g, me)),
         }
     }
 }

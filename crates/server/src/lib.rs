@@ -66,7 +66,7 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_bound: impl FnOnce(SocketAddr),
 ) -> Result<(), String> {
-    let (db, node) = open(&config).await?;
+    let (db, node, grid) = open(&config).await?;
     let (db2, auth_opts) = (db.clone(), config.auth.clone());
     let auth = tokio::task::spawn_blocking(move || auth::Auth::load(&db2, auth_opts))
         .await
@@ -80,11 +80,24 @@ pub async fn serve_with(
         #[cfg(feature = "cluster")]
         None => node
             .as_ref()
-            .map(|n| cluster_node::view(n.clone(), db.clone())),
+            .map(|n| cluster_node::view(n.clone(), db.clone(), grid.clone())),
         #[cfg(not(feature = "cluster"))]
         None => None,
     };
+    #[cfg(feature = "cluster")]
+    let mut state = match &grid {
+        Some(g) => {
+            let front = g
+                .front_end()
+                .map_err(|e| format!("cannot join the matching grid: {e}"))?;
+            AppState::with_matching(db.clone(), auth, Box::new(front))
+        }
+        None => AppState::new(db.clone(), auth),
+    };
+    #[cfg(not(feature = "cluster"))]
     let mut state = AppState::new(db.clone(), auth);
+    #[cfg(not(feature = "cluster"))]
+    let () = grid;
     if let Some(v) = &view {
         state = state.with_cluster(v.clone());
     }
@@ -100,7 +113,11 @@ pub async fn serve_with(
         triggers::TriggerService::start_in(db.clone(), config.triggers.clone(), view);
     let app = api::router(state);
     serve_http(listener, app, shutdown).await;
-    // Leave the cluster first: another node takes over at once.
+    // Leave the cluster first: another node takes over at once (the grid's cells too).
+    #[cfg(feature = "cluster")]
+    if let Some(g) = grid {
+        g.stop();
+    }
     #[cfg(feature = "cluster")]
     drop(node);
     #[cfg(not(feature = "cluster"))]
@@ -123,18 +140,24 @@ pub async fn serve_with(
 type ClusterNode = Option<std::sync::Arc<herald_cluster::Node>>;
 #[cfg(not(feature = "cluster"))]
 type ClusterNode = ();
+#[cfg(feature = "cluster")]
+type ClusterGrid = Option<std::sync::Arc<herald_cluster::grid::Grid>>;
+#[cfg(not(feature = "cluster"))]
+type ClusterGrid = ();
 
-/// Opens the database, alone or as a node of its cluster.
-async fn open(config: &ServeConfig) -> Result<(Db, ClusterNode), String> {
+/// Opens the database, alone or as a node of its cluster (with its share of the matching grid
+/// when the cluster has one).
+async fn open(config: &ServeConfig) -> Result<(Db, ClusterNode, ClusterGrid), String> {
     let data = config.data.clone();
     let opts = config.db.clone();
     #[cfg(feature = "cluster")]
     if let Some(cluster) = config.cluster.clone() {
         let key = config.auth.admin_key.clone();
         let runtime = tokio::runtime::Handle::current();
-        let (node, db) = tokio::task::spawn_blocking(move || {
+        let shape = cluster.grid;
+        let (node, db, grid) = tokio::task::spawn_blocking(move || {
             use herald_cluster::{Node, StartError};
-            match Node::start(cluster.clone(), &data, opts.clone()) {
+            let (node, db) = match Node::start(cluster.clone(), &data, opts.clone()) {
                 Err(StartError::NeedsSnapshot(why)) => {
                     eprintln!("herald: {why}");
                     Node::bootstrap(&cluster, &data, |url, file| {
@@ -143,21 +166,30 @@ async fn open(config: &ServeConfig) -> Result<(Db, ClusterNode), String> {
                     Node::start(cluster, &data, opts)
                 }
                 started => started,
-            }
+            }?;
+            let grid = match shape {
+                Some(shape) => Some(herald_cluster::grid::Grid::start(&node, shape)?),
+                None => None,
+            };
+            Ok::<_, StartError>((node, db, grid))
         })
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("cannot join the cluster: {e}"))?;
-        return Ok((db, Some(std::sync::Arc::new(node))));
+        return Ok((
+            db,
+            Some(std::sync::Arc::new(node)),
+            grid.map(std::sync::Arc::new),
+        ));
     }
     let db = tokio::task::spawn_blocking(move || Db::open(&data, opts))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("cannot open the database in {}: {e}", config.data.display()))?;
     #[cfg(feature = "cluster")]
-    return Ok((db, None));
+    return Ok((db, None, None));
     #[cfg(not(feature = "cluster"))]
-    Ok((db, ()))
+    Ok((db, (), ()))
 }
 
 /// Downloads another node's snapshot (`GET /v1/cluster/snapshot`) into `file`.

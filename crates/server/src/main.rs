@@ -151,6 +151,14 @@ enum Command {
         /// Time a webhook has to answer, in milliseconds.
         #[arg(long, default_value_t = herald::triggers::WEBHOOK_TIMEOUT_MS_DEFAULT)]
         webhook_timeout_ms: u64,
+        /// Live-query matching grid: rows (query partitions). With `--cluster`, the grid across
+        /// the cluster's nodes (docs/cluster.md, "Matching grid"): every node must give the
+        /// same shape. Either grid flag alone takes 1 for the other.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=GRID_SIDE_MAX))]
+        grid_rows: Option<u32>,
+        /// Live-query matching grid: write partitions (see `--grid-rows`).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=GRID_SIDE_MAX))]
+        grid_partitions: Option<u32>,
         #[command(flatten)]
         cluster: Box<ClusterArgs>,
     },
@@ -184,13 +192,20 @@ struct ClusterArgs {
     write_timeout_ms: u64,
 }
 
+/// The largest number of rows or of write partitions a grid may have.
+const GRID_SIDE_MAX: i64 = 256;
+
 #[cfg(feature = "cluster")]
 fn cluster_options(
     args: ClusterArgs,
     listen: SocketAddr,
     rules: bool,
+    grid: Option<(u32, u32)>,
 ) -> Result<Option<herald_cluster::ClusterOptions>, String> {
     let Some(bootstrap) = args.cluster else {
+        if grid.is_some() {
+            return Err("--grid-rows and --grid-partitions need --cluster in this build".into());
+        }
         return Ok(None);
     };
     if rules {
@@ -209,11 +224,20 @@ fn cluster_options(
     opts.replication_factor = args.replication_factor.max(1);
     opts.session_timeout = Duration::from_millis(args.session_timeout_ms.max(500));
     opts.write_timeout = Duration::from_millis(args.write_timeout_ms.max(100));
+    opts.grid = grid.map(|(rows, partitions)| herald_cluster::grid::Shape { rows, partitions });
     Ok(Some(opts))
 }
 
 #[cfg(not(feature = "cluster"))]
-fn cluster_options(args: ClusterArgs, _listen: SocketAddr, _rules: bool) -> Result<(), String> {
+fn cluster_options(
+    args: ClusterArgs,
+    _listen: SocketAddr,
+    _rules: bool,
+    grid: Option<(u32, u32)>,
+) -> Result<(), String> {
+    if grid.is_some() {
+        return Err("--grid-rows and --grid-partitions need --cluster in this build".into());
+    }
     match args.cluster {
         None => Ok(()),
         Some(_) => Err("this herald was built without cluster mode: build it with \
@@ -352,10 +376,14 @@ fn main() {
             trigger_time_ms,
             trigger_memory_mib,
             webhook_timeout_ms,
+            grid_rows,
+            grid_partitions,
             cluster,
         } => {
+            let grid = (grid_rows.is_some() || grid_partitions.is_some())
+                .then(|| (grid_rows.unwrap_or(1), grid_partitions.unwrap_or(1)));
             #[allow(clippy::let_unit_value)] // `()` in a build without the cluster feature
-            let cluster = match cluster_options(*cluster, listen, rules.is_some()) {
+            let cluster = match cluster_options(*cluster, listen, rules.is_some(), grid) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("herald: {e}");

@@ -3,6 +3,7 @@
 use crate::auth::Auth;
 use crate::cluster::ClusterView;
 use crate::notify_latency::NotifyLatency;
+use herald_db::live::grid::Matching;
 use herald_db::live::LiveEngine;
 use herald_db::Db;
 use std::sync::atomic::AtomicU64;
@@ -28,6 +29,16 @@ pub struct AppState {
 impl AppState {
     pub fn new(db: Db, auth: Auth) -> AppState {
         let live = LiveEngine::start(db.clone());
+        AppState::with_live(db, auth, live)
+    }
+
+    /// A state whose live-query engine matches through `matching` (a matching grid).
+    pub fn with_matching(db: Db, auth: Auth, matching: Box<dyn Matching>) -> AppState {
+        let live = LiveEngine::start_with(db.clone(), matching);
+        AppState::with_live(db, auth, live)
+    }
+
+    fn with_live(db: Db, auth: Auth, live: LiveEngine) -> AppState {
         AppState {
             db,
             live,

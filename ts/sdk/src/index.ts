@@ -36,6 +36,8 @@ export {
   type ClusterStatus,
   type NodeStatus,
   type NodeRole,
+  type GridStatus,
+  type GridCell,
 } from "./client/admin.js";
 export {
   backoffDelay,

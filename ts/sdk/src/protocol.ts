@@ -258,6 +258,26 @@ export interface ClusterStatus {
   epoch: number;
   primary: string | null;
   nodes: NodeStatus[];
+  /** The matching grid across machines, `null` without one. */
+  grid: GridStatus | null;
+}
+
+/** The matching grid as the answering node sees it: the cells it runs and those it waits on. */
+export interface GridStatus {
+  rows: number;
+  partitions: number;
+  running: GridCell[];
+  waiting: GridCell[];
+}
+
+/** One cell of a {@link GridStatus}. */
+export interface GridCell {
+  row: number;
+  part: number;
+  seq: number;
+  lagSeqs: number;
+  views: number;
+  node: string | null;
 }
 
 /** `GET /v1/cluster/digest`: the digest of the answering node's store, at a replication index
@@ -806,6 +826,14 @@ const nullOr =
   <T>(item: (v: unknown) => T) =>
   (v: unknown): T | null =>
     v === null ? null : item(v);
+const decodeGridCell = exact<GridCell>("grid cell", {
+  row: Reader.uint,
+  part: Reader.uint,
+  seq: Reader.uint,
+  lagSeqs: Reader.uint,
+  views: Reader.uint,
+  node: nullOr(Reader.str),
+});
 const NODE_ROLES: readonly NodeRole[] = ["primary", "follower", "candidate"];
 export const decodeClusterStatus = exact<ClusterStatus>("cluster status", {
   cluster: nullOr(Reader.str),
@@ -823,6 +851,14 @@ export const decodeClusterStatus = exact<ClusterStatus>("cluster status", {
       appliedSeq: Reader.uint,
       lagSeqs: Reader.uint,
       lastSeenMs: Reader.uint,
+    }),
+  ),
+  grid: nullOr(
+    exact<GridStatus>("grid status", {
+      rows: Reader.uint,
+      partitions: Reader.uint,
+      running: list(decodeGridCell),
+      waiting: list(decodeGridCell),
     }),
   ),
 });

@@ -6,7 +6,9 @@
 //! 2. [`failover`]: the time from SIGKILLing the primary to the new primary's first ack, over
 //!    repeated kills;
 //! 3. [`reads`]: range-query capacity on a follower vs the primary, and live-subscription
-//!    latency on a follower vs the primary at a fixed write rate.
+//!    latency on a follower vs the primary at a fixed write rate;
+//! 4. [`grid`]: notification latency of unindexable subscriptions at a fixed load, single node
+//!    vs three nodes vs three nodes with the matching grid (issue 32).
 //!
 //! Everything shares the machine: nodes, brokers (the JVMs of `scripts/kafka`) and this client.
 //! Each figure comes with the CPU each of them used and the machine's load average, and
@@ -14,6 +16,7 @@
 //! Writes `cluster.json`, `cluster.csv` and `failover.csv` into `--out-dir`.
 
 pub mod failover;
+pub mod grid;
 pub mod load;
 pub mod nodes;
 pub mod reads;
@@ -29,6 +32,7 @@ pub enum Part {
     Writes,
     Failover,
     Reads,
+    Grid,
 }
 
 #[derive(Debug, Clone)]
@@ -42,6 +46,7 @@ pub struct ClusterBenchOptions {
     pub writes: writes::WriteOptions,
     pub failover: failover::FailoverOptions,
     pub reads: reads::ReadOptions,
+    pub grid: grid::GridOptions,
     /// Default: `crates/bench/results/<UTC date>-cluster`.
     pub out_dir: Option<PathBuf>,
 }
@@ -246,6 +251,8 @@ pub async fn run(opts: ClusterBenchOptions) -> Result<(), String> {
             "reads": {"docs": opts.reads.docs, "clients": opts.reads.clients,
                       "secs": opts.reads.secs, "subs": opts.reads.subs,
                       "sub_rate": opts.reads.sub_rate, "sub_secs": opts.reads.sub_secs},
+            "grid": {"subs": opts.grid.subs, "rate": opts.grid.rate, "secs": opts.grid.secs,
+                     "rows": opts.grid.rows, "partitions": opts.grid.partitions},
         },
     });
     if opts.warmup_secs > 0 {
@@ -360,6 +367,60 @@ pub async fn run(opts: ClusterBenchOptions) -> Result<(), String> {
                 v["load_average_at_start"] = json!(la);
                 v["busy"] = json!(b);
                 report["failover"] = v;
+            }
+            Part::Grid => {
+                let rows = grid::run(&ctx, &opts.grid).await?;
+                let b = busy(la[0], 0.0);
+                any_busy |= b;
+                println!(
+                    "4. notification latency, {} unindexable subscriptions on one node, {} writes/s \
+                     to the primary for {} s (load average {:.2} at the start{})",
+                    opts.grid.subs,
+                    opts.grid.rate,
+                    opts.grid.secs,
+                    la[0],
+                    if b { "; busy machine: preliminary" } else { "" }
+                );
+                println!(
+                    "  {:<26} {:>9} {:>11} {:>8} {:>8} {:>8} {:>8} {:>10}",
+                    "configuration",
+                    "writes/s",
+                    "delivered",
+                    "p50 ms",
+                    "p95 ms",
+                    "p99 ms",
+                    "max ms",
+                    "nodes CPU"
+                );
+                for r in &rows {
+                    println!(
+                        "  {:<26} {:>9.0} {:>11} {:>8.2} {:>8.2} {:>8.2} {:>8.1} {:>10.2}",
+                        r.name,
+                        r.acked as f64 / r.write_secs.max(1e-9),
+                        format!("{}/{}", r.delivered, r.acked),
+                        r.ms(0.5),
+                        r.ms(0.95),
+                        r.ms(0.99),
+                        r.hist.max() as f64 / 1000.0,
+                        r.nodes_cpu
+                    );
+                    csv.push(format!(
+                        "grid,\"{}\",rate{},{},{},{:.1},{:.3},{:.3},{:.3},,,,",
+                        r.name,
+                        opts.grid.rate,
+                        r.delivered,
+                        r.acked.saturating_sub(r.delivered),
+                        r.acked as f64 / r.write_secs.max(1e-9),
+                        r.ms(0.5),
+                        r.ms(0.99),
+                        r.hist.max() as f64 / 1000.0
+                    ));
+                }
+                report["grid"] = json!({
+                    "load_average_at_start": la, "busy": b,
+                    "seconds": started.elapsed().as_secs_f64(),
+                    "rows": rows.iter().map(grid::GridRow::json).collect::<Vec<_>>(),
+                });
             }
             Part::Reads => {
                 let r = reads::run(&ctx, &opts.reads).await?;

@@ -25,6 +25,8 @@ pub struct NodeConfig {
     pub session_timeout_ms: u64,
     /// CPU quota of each node in cores (cgroup v1 `cpu.cfs_quota_us`); `None`: unlimited.
     pub cpus: Option<f64>,
+    /// `--grid-rows` and `--grid-partitions` (with `cluster`): the matching grid's shape.
+    pub grid: Option<(u32, u32)>,
 }
 
 /// A cgroup v1 CPU group holding one node's process; removed when dropped (after the node).
@@ -117,6 +119,10 @@ impl Node {
             ] {
                 args.push(flag.into());
                 args.push(value.into());
+            }
+            if let Some((rows, partitions)) = cfg.grid {
+                args.extend(["--grid-rows".into(), rows.to_string().into()]);
+                args.extend(["--grid-partitions".into(), partitions.to_string().into()]);
             }
         }
         let cgroup = match cfg.cpus {

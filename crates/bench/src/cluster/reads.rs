@@ -129,11 +129,14 @@ async fn await_everywhere(client: &reqwest::Client, nodes: &Nodes, id: &str) -> 
     Ok(())
 }
 
-/// Subscribes `subs` queries `{"g": j}` on `addr` and returns once every initial result has
-/// arrived; the readers then record, for each `add`, the time since its document's `t`
-/// (microseconds since `epoch`, stamped by the writer just before sending).
-async fn subscribe(
+/// Subscribes `subs` queries on `collection`, query j filtering with `filter(j)`, on `addr` and
+/// returns once every initial result has arrived; the readers then record, for each `add`, the
+/// time since its document's `t` (microseconds since `epoch`, stamped by the writer just
+/// before sending).
+pub(super) async fn subscribe(
     addr: SocketAddr,
+    collection: &str,
+    filter: impl Fn(u64) -> Value,
     subs: u64,
     epoch: Instant,
     hist: Arc<Mutex<Histogram<u64>>>,
@@ -151,8 +154,8 @@ async fn subscribe(
             .step_by(connections as usize)
             .collect();
         for g in &mine {
-            let msg = json!({"op": "subscribe", "sub": format!("g{g}"), "collection": "subs",
-                             "filter": {"g": g}});
+            let msg = json!({"op": "subscribe", "sub": format!("g{g}"), "collection": collection,
+                             "filter": filter(*g)});
             ws.feed(Message::Text(msg.to_string().into()))
                 .await
                 .map_err(|e| e.to_string())?;
@@ -297,6 +300,8 @@ pub async fn run(ctx: &Ctx, opts: &ReadOptions) -> Result<ReadResult, String> {
         readers.extend(
             subscribe(
                 nodes.nodes[i].addr,
+                "subs",
+                |g| json!({"g": g}),
                 opts.subs,
                 epoch,
                 hist.clone(),

@@ -301,6 +301,7 @@ impl Ctx {
             replication_factor: self.replication_factor,
             session_timeout_ms: self.session_timeout_ms,
             cpus: self.node_cpus,
+            grid: None,
         }
     }
 }

@@ -13,17 +13,24 @@
 //!   resumes. Requests wait in a bounded queue.
 //! - **Resume.** `resume_from` replays the missed commits from the feed or the commit log; when
 //!   the log no longer reaches back, the subscriber gets `reset` and a fresh `initial`.
+//!
+//! Matching is delegated to a [`Matching`] grid (`live/grid/`): the engine dispatches commits to
+//! it in seq order (several in flight when the grid pipelines), collects each commit's matches
+//! in the same order and applies them; it is the grid's front end and sorting stage. Views are
+//! added to and removed from the grid only when nothing is in flight, so the seq a view starts
+//! at is exact for every cell.
 
 use crate::db::Db;
 use crate::error::DbError;
 use crate::live::diff::ChangeEvent;
 use crate::live::feed::Commit;
-use crate::live::matcher::{Matcher, ViewId};
+use crate::live::grid::{CellStatus, GridError, Inline, Matches, Matching};
+use crate::live::matcher::ViewId;
 use crate::live::message::{Events, Gap, Message, ResetReason};
 use crate::live::view::{DocChange, LiveView, SLACK_DEFAULT};
 use herald_query::{Projection, Query};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -79,6 +86,8 @@ struct Shared {
     /// Requests accepted and requests handled, so callers can wait for quiescence.
     submitted: AtomicU64,
     handled: AtomicU64,
+    /// The grid's cells as of the engine's last look (for `/metrics`).
+    cells: Mutex<Vec<CellStatus>>,
 }
 
 /// Handle to the engine thread; dropping the last handle does not stop it, `stop` does.
@@ -90,7 +99,13 @@ pub struct LiveEngine {
 }
 
 impl LiveEngine {
+    /// Starts the engine with matching on its own thread ([`Inline`]).
     pub fn start(db: Db) -> LiveEngine {
+        LiveEngine::start_with(db, Box::new(Inline::default()))
+    }
+
+    /// Starts the engine with `grid` doing the matching.
+    pub fn start_with(db: Db, grid: Box<dyn Matching>) -> LiveEngine {
         let seq = db.seq();
         let shared = Arc::new(Shared {
             db,
@@ -99,6 +114,7 @@ impl LiveEngine {
             seq: AtomicU64::new(seq),
             submitted: AtomicU64::new(0),
             handled: AtomicU64::new(0),
+            cells: Mutex::new(grid.cells()),
         });
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -109,8 +125,11 @@ impl LiveEngine {
                     views: Vec::new(),
                     free: Vec::new(),
                     by_key: HashMap::new(),
-                    matchers: HashMap::new(),
+                    grid,
+                    ready: VecDeque::new(),
+                    dispatched: seq,
                     seq,
+                    cells_at: std::time::Instant::now(),
                 }
                 .run()
             })
@@ -119,6 +138,11 @@ impl LiveEngine {
             shared,
             thread: Arc::new(Mutex::new(Some(thread))),
         }
+    }
+
+    /// The matching grid's cells, as of the engine's last look (at most ~100 ms old).
+    pub fn cells(&self) -> Vec<CellStatus> {
+        self.shared.cells.lock().expect("cells lock").clone()
     }
 
     /// The seq every view has caught up with.
@@ -180,9 +204,16 @@ struct Engine {
     free: Vec<ViewId>,
     /// Sharing key -> view id: identical queries share one view.
     by_key: HashMap<String, ViewId>,
-    /// Per collection, the predicate index over its views.
-    matchers: HashMap<String, Matcher>,
+    /// Matches commits against the views (the predicate index lives in its cells).
+    grid: Box<dyn Matching>,
+    /// Commits read from the feed or the log and not yet dispatched to the grid.
+    ready: VecDeque<Arc<Commit>>,
+    /// The newest seq read into `ready` (or dispatched, or skipped with no view to offer it).
+    dispatched: u64,
+    /// The newest seq applied to the views and sent: the engine's seq.
     seq: u64,
+    /// When `Shared::cells` was last refreshed.
+    cells_at: std::time::Instant,
 }
 
 /// Commits read (and decoded) at once when the engine catches up or replays a resume: a
@@ -207,26 +238,104 @@ fn changes_msg(sub: &str, seq: u64, events: Events) -> Message {
 
 impl Engine {
     fn run(mut self) {
+        let db = self.shared.db.clone();
         while !self.shared.stop.load(Ordering::Acquire) {
-            let last = self
-                .shared
-                .db
-                .feed()
-                .wait_after(self.seq, Duration::from_millis(200));
-            // Commits first, so a new subscription starts from the newest state.
-            if last > self.seq {
-                self.catch_up(last);
+            self.refresh_cells();
+            let waiting = self.shared.handled.load(Ordering::Acquire)
+                != self.shared.submitted.load(Ordering::Acquire);
+            if self.grid.in_flight() == 0 {
+                // Requests are handled only with nothing in flight, so a new view's start seq
+                // is exact for every cell; commits first, so it starts from the newest state.
+                if !waiting {
+                    let last = if self.ready.is_empty() {
+                        db.feed()
+                            .wait_after(self.dispatched, Duration::from_millis(200))
+                    } else {
+                        self.dispatched
+                    };
+                    self.read_upto(&db, last);
+                }
+                if self.grid.in_flight() == 0 {
+                    self.handle_requests();
+                    continue;
+                }
+            } else if !waiting {
+                // Keep the grid's pipeline full while it works.
+                self.read_upto(&db, db.feed().last_seq());
             }
-            let requests: Vec<Request> = self
-                .shared
-                .requests
-                .lock()
-                .expect("requests lock")
-                .drain(..)
-                .collect();
-            for r in requests {
-                self.handle(r);
-                self.shared.handled.fetch_add(1, Ordering::AcqRel);
+            match self.grid.collect(Duration::from_millis(50)) {
+                Ok(Some(m)) => {
+                    self.process(&db, &m);
+                    self.seq = m.commit.seq;
+                    self.shared.seq.store(self.seq, Ordering::Release);
+                }
+                Ok(None) => {}
+                Err(GridError::Lost(_)) => {
+                    // Subscribers learn of it through the reset (reason `fellBehind`).
+                    self.grid.clear();
+                    self.fell_behind(&db, db.feed().last_seq());
+                }
+            }
+        }
+    }
+
+    fn refresh_cells(&mut self) {
+        if self.cells_at.elapsed() >= Duration::from_millis(100) {
+            self.cells_at = std::time::Instant::now();
+            *self.shared.cells.lock().expect("cells lock") = self.grid.cells();
+        }
+    }
+
+    fn handle_requests(&mut self) {
+        let requests: Vec<Request> = self
+            .shared
+            .requests
+            .lock()
+            .expect("requests lock")
+            .drain(..)
+            .collect();
+        for r in requests {
+            self.handle(r);
+            self.shared.handled.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Reads the commits up to `last` and dispatches as many as the grid takes. With no view,
+    /// nothing is read: there is nothing to deliver (reading and decoding every commit's images
+    /// was ~3% of a server's CPU during inserts).
+    fn read_upto(&mut self, db: &Db, last: u64) {
+        if self.by_key.is_empty() && self.ready.is_empty() && self.grid.in_flight() == 0 {
+            if last > self.dispatched {
+                self.dispatched = last;
+                self.seq = last;
+                self.shared.seq.store(last, Ordering::Release);
+            }
+            return;
+        }
+        let depth = self.grid.depth().max(1);
+        while self.grid.in_flight() < depth {
+            if self.ready.is_empty() {
+                if self.dispatched >= last {
+                    return;
+                }
+                let upto = last.min(self.dispatched + CATCH_UP_COMMITS_MAX);
+                match db.commits_between(self.dispatched, upto) {
+                    Ok(crate::LogRead::Commits(commits)) => {
+                        self.ready.extend(commits);
+                        self.dispatched = upto;
+                    }
+                    _ => {
+                        // Behind the retained log (or it is unreadable): what is in flight
+                        // is for views about to be rebuilt.
+                        self.grid.clear();
+                        self.fell_behind(db, last);
+                        return;
+                    }
+                }
+            }
+            match self.ready.pop_front() {
+                Some(c) => self.grid.dispatch(c),
+                None => return,
             }
         }
     }
@@ -259,12 +368,7 @@ impl Engine {
         if let Some(v) = self.views.get_mut(id as usize).and_then(Option::take) {
             self.by_key.remove(&v.key);
             self.free.push(id);
-            if let Some(m) = self.matchers.get_mut(&v.collection) {
-                m.remove(id);
-                if m.is_empty() {
-                    self.matchers.remove(&v.collection);
-                }
-            }
+            self.grid.remove_view(id);
         }
     }
 
@@ -415,10 +519,8 @@ impl Engine {
                             (self.views.len() - 1) as ViewId
                         }
                     };
-                    self.matchers
-                        .entry(collection.clone())
-                        .or_default()
-                        .add(id, &live.query().filter);
+                    self.grid
+                        .add_view(id, &collection, Arc::new(live.query().filter.clone()));
                     self.by_key.insert(key.clone(), id);
                     self.views[id as usize] = Some(View {
                         key,
@@ -465,36 +567,17 @@ impl Engine {
         view.subs.push(Subscriber { sub, sink });
     }
 
-    fn catch_up(&mut self, last: u64) {
-        if self.matchers.is_empty() {
-            // No view: nothing to deliver, so the commits are not even read (reading and
-            // decoding every commit's images was ~3% of a server's CPU during inserts).
-            self.seq = last;
-            self.shared.seq.store(last, Ordering::Release);
-            return;
-        }
-        let db = self.shared.db.clone();
-        while self.seq < last {
-            let upto = last.min(self.seq + CATCH_UP_COMMITS_MAX);
-            let Ok(crate::LogRead::Commits(commits)) = db.commits_between(self.seq, upto) else {
-                self.fell_behind(&db, last);
-                return;
-            };
-            for c in commits {
-                self.process(&db, &c);
-                self.seq = c.seq;
-                self.shared.seq.store(c.seq, Ordering::Release);
-            }
-        }
-    }
-
     /// The engine fell behind the retained log (or the log is unreadable): every subscriber
     /// gets a reset and a fresh result at the newest seq.
     fn fell_behind(&mut self, db: &Db, last: u64) {
         let views = std::mem::take(&mut self.views);
+        for id in 0..views.len() {
+            self.grid.remove_view(id as ViewId);
+        }
         self.free.clear();
         self.by_key.clear();
-        self.matchers.clear();
+        self.ready.clear();
+        self.dispatched = last;
         self.seq = last;
         self.shared.seq.store(last, Ordering::Release);
         for v in views.into_iter().flatten() {
@@ -514,51 +597,23 @@ impl Engine {
         }
     }
 
-    fn process(&mut self, db: &Db, commit: &Commit) {
-        let seq = commit.seq;
-        let matchers = &self.matchers;
-        let views = &mut self.views;
-        // Each collection's changes, for the views on its scan list (they take them all), and
-        // each indexed candidate's changes, from the predicate index probed with both images.
-        let mut by_collection: HashMap<&str, Vec<DocChange<'_>>> = HashMap::new();
-        let mut per_view: HashMap<ViewId, Vec<DocChange<'_>>> = HashMap::new();
-        let mut cand = HashSet::new();
-        for ch in &commit.changes {
-            let Some(m) = matchers.get(&ch.collection) else {
-                continue;
-            };
-            let change = (ch.id.as_str(), ch.before.as_ref(), ch.after.as_ref());
-            by_collection
-                .entry(ch.collection.as_str())
-                .or_default()
-                .push(change);
-            cand.clear();
-            for image in [&ch.before, &ch.after].into_iter().flatten() {
-                m.probe(image, &mut cand);
-            }
-            for &id in &cand {
-                per_view.entry(id).or_default().push(change);
-            }
-        }
+    /// Applies one commit's matches to the views they touch and sends their events.
+    fn process(&mut self, db: &Db, m: &Matches) {
         let mut deliver = Deliver {
             db,
-            views,
-            seq,
+            views: &mut self.views,
+            seq: m.commit.seq,
             failed_conns: Vec::new(),
             broken: Vec::new(),
         };
-        for (id, changes) in &per_view {
-            deliver.call(*id, changes);
-        }
-        for (collection, changes) in &by_collection {
-            let scanned = matchers[*collection].scanned();
-            // Which scan-list views the changes touch, found in parallel when the list is long
-            // (read-only); then the few touched views are updated one by one.
-            let touched = scan_touched(deliver.views(), scanned, changes, seq);
-            for id in touched {
-                deliver.call(id, changes);
-            }
-            deliver.skip_to(scanned, seq);
+        let mut changes: Vec<DocChange<'_>> = Vec::new();
+        for (id, idx) in &m.views {
+            changes.clear();
+            changes.extend(idx.iter().filter_map(|&i| {
+                let c = m.commit.changes.get(i as usize)?;
+                Some((c.id.as_str(), c.before.as_ref(), c.after.as_ref()))
+            }));
+            deliver.call(*id, &changes);
         }
         let Deliver {
             failed_conns,
@@ -574,39 +629,6 @@ impl Engine {
     }
 }
 
-/// Scan lists at least this long are checked on two threads.
-const PARALLEL_SCAN_MIN: usize = 2048;
-
-/// The views of `ids` that the changes of commit `seq` touch (see [`LiveView::touched_by`]).
-fn scan_touched(
-    views: &[Option<View>],
-    ids: &[ViewId],
-    changes: &[DocChange<'_>],
-    seq: u64,
-) -> Vec<ViewId> {
-    let check = |part: &[ViewId]| -> Vec<ViewId> {
-        part.iter()
-            .copied()
-            .filter(|&id| {
-                matches!(views.get(id as usize), Some(Some(v))
-                    if v.live.seq() < seq && v.live.touched_by(changes))
-            })
-            .collect()
-    };
-    let parallel = ids.len() >= PARALLEL_SCAN_MIN
-        && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
-    if !parallel {
-        return check(ids);
-    }
-    let (a, b) = ids.split_at(ids.len() / 2);
-    std::thread::scope(|scope| {
-        let other = scope.spawn(|| check(b));
-        let mut out = check(a);
-        out.extend(other.join().expect("a scan thread panicked"));
-        out
-    })
-}
-
 /// Applies one commit's changes to views and sends their events, collecting the connections
 /// that could not take them and the views that failed.
 struct Deliver<'a> {
@@ -618,10 +640,6 @@ struct Deliver<'a> {
 }
 
 impl Deliver<'_> {
-    fn views(&self) -> &[Option<View>] {
-        self.views
-    }
-
     fn call(&mut self, id: ViewId, changes: &[DocChange<'_>]) {
         let seq = self.seq;
         let Some(Some(view)) = self.views.get_mut(id as usize) else {
@@ -649,15 +667,6 @@ impl Deliver<'_> {
                     s.sink.send(Message::error(&s.sub, &e));
                 }
                 self.broken.push(id);
-            }
-        }
-    }
-
-    /// Marks views as caught up with this commit (those it did not touch).
-    fn skip_to(&mut self, ids: &[ViewId], seq: u64) {
-        for &id in ids {
-            if let Some(Some(v)) = self.views.get_mut(id as usize) {
-                v.live.skip_to(seq);
             }
         }
     }

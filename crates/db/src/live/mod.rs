@@ -11,6 +11,7 @@
 
 mod diff;
 pub mod engine;
+pub mod grid;
 pub mod matcher;
 mod message;
 mod view;

@@ -7,7 +7,7 @@ use crate::state::AppState;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use herald_protocol::{ClusterStatus, ErrorCode, StateDigest};
+use herald_protocol::{ClusterStatus, ErrorCode, GridCell, StateDigest};
 
 pub async fn status(
     State(st): State<AppState>,
@@ -15,7 +15,7 @@ pub async fn status(
     headers: HeaderMap,
 ) -> Json<ClusterStatus> {
     Json(match &st.cluster {
-        Some(c) => c.status(),
+        Some(c) => with_waiting(&st, c.status()),
         None => {
             // A single node does not know the address clients reach it by; the Host header
             // they used is the best answer.
@@ -26,6 +26,28 @@ pub async fn status(
             crate::cluster::single_node_status(format!("http://{host}"), st.db.seq())
         }
     })
+}
+
+/// Adds the cells this node's engine waits on to a grid status (the cluster view knows the
+/// cells this node runs; the engine knows what its subscriptions wait for).
+pub fn with_waiting(st: &AppState, mut status: ClusterStatus) -> ClusterStatus {
+    if let Some(grid) = &mut status.grid {
+        let seq = st.db.seq();
+        grid.waiting = st
+            .live
+            .cells()
+            .into_iter()
+            .map(|c| GridCell {
+                row: c.row,
+                part: c.part,
+                seq: c.seq,
+                lag_seqs: seq.saturating_sub(c.seq),
+                views: c.views as u64,
+                node: c.node,
+            })
+            .collect();
+    }
+    status
 }
 
 /// `GET /v1/cluster/digest`: the digest of this node's store (`herald_protocol::StateDigest`),

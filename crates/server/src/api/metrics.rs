@@ -32,7 +32,8 @@ pub async fn metrics(
         .unwrap_or_default();
     st.notify_latency.render(&mut body);
     if let Some(c) = &st.cluster {
-        render_cluster(&mut body, c.as_ref(), st.db.seq());
+        let status = crate::api::cluster::with_waiting(&st, c.status());
+        render_cluster(&mut body, c.as_ref(), &status, st.db.seq());
     }
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
@@ -256,8 +257,12 @@ fn render(db: &herald_db::Db) -> String {
 }
 
 /// The cluster families (a node of a cluster only; a single node has none).
-fn render_cluster(out: &mut String, c: &dyn crate::cluster::ClusterView, applied_seq: u64) {
-    let status = c.status();
+fn render_cluster(
+    out: &mut String,
+    c: &dyn crate::cluster::ClusterView,
+    status: &herald_protocol::ClusterStatus,
+    applied_seq: u64,
+) {
     family(
         out,
         "herald_cluster_role",
@@ -292,5 +297,39 @@ fn render_cluster(out: &mut String, c: &dyn crate::cluster::ClusterView, applied
             label(&n.id),
             n.lag_seqs
         );
+    }
+    let Some(grid) = &status.grid else { return };
+    family(
+        out,
+        "herald_grid_cell_seq",
+        "gauge",
+        "Per grid cell, the seq it has matched: `running` the cells this node runs, `waiting` \
+         the cells its subscriptions wait on (claimed for its views).",
+    );
+    let cells = [("running", &grid.running), ("waiting", &grid.waiting)];
+    for (kind, list) in cells {
+        for cell in list.iter() {
+            let _ = writeln!(
+                out,
+                "herald_grid_cell_seq{{kind=\"{kind}\",row=\"{}\",part=\"{}\"}} {}",
+                cell.row, cell.part, cell.seq
+            );
+        }
+    }
+    family(
+        out,
+        "herald_grid_cell_lag_seqs",
+        "gauge",
+        "Per grid cell, how many seqs it is behind this node's applied seq (labels as \
+         herald_grid_cell_seq): a slow cell shows here.",
+    );
+    for (kind, list) in cells {
+        for cell in list.iter() {
+            let _ = writeln!(
+                out,
+                "herald_grid_cell_lag_seqs{{kind=\"{kind}\",row=\"{}\",part=\"{}\"}} {}",
+                cell.row, cell.part, cell.lag_seqs
+            );
+        }
     }
 }

@@ -40,12 +40,14 @@
 //! printed with a summary table. `HERALD_CLUSTER_FAULT_CYCLES` sets the cycles (default 6: about
 //! a minute and a half of faults, then the checks; under 3 minutes in all); `HERALD_SLOW=1` runs
 //! at least 100; `HERALD_CLUSTER_FAULT_SEED` replays the fault schedule (timings still vary);
+//! `HERALD_CLUSTER_FAULT_GRID=2x2` runs the nodes with the matching grid (issue 32);
 //! `HERALD_CLUSTER_FAULT_TRIGGER=0` leaves the trigger out and
 //! `HERALD_CLUSTER_FAULT_WRITE_TIMEOUT_MS` overrides the nodes' write timeout (diagnostic
 //! knobs). On failure the nodes' data and stderr logs are kept and the directory is in the
 //! message.
 #![cfg(unix)]
 
+mod grid;
 mod load;
 mod node;
 
@@ -79,6 +81,9 @@ const SESSION_TIMEOUT_MS: u64 = 3000;
 /// `HERALD_CLUSTER_FAULT_WRITE_TIMEOUT_MS` overrides it (5000 tests the timeout path instead).
 const WRITE_TIMEOUT_MS: u64 = 20_000;
 const WRITE_TIMEOUT_ENV: &str = "HERALD_CLUSTER_FAULT_WRITE_TIMEOUT_MS";
+/// `QxW` (e.g. `2x2`): the nodes run the matching grid, so the subscribers' matches cross
+/// machines through the faults (a stopped node holding cells is a zombie when it resumes).
+const GRID_ENV: &str = "HERALD_CLUSTER_FAULT_GRID";
 /// The longest the cluster may take to acknowledge a write again after a fault.
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the nodes may take to converge (and the trigger to drain) at the end: a task that
@@ -192,6 +197,10 @@ fn cluster_survives_faults() {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(WRITE_TIMEOUT_MS),
+        grid: std::env::var(GRID_ENV).ok().and_then(|v| {
+            let (q, w) = v.split_once('x')?;
+            Some((q.parse().ok()?, w.parse().ok()?))
+        }),
     };
     let mut cluster = Cluster {
         nodes: (0..NODES)

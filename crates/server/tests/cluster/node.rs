@@ -20,6 +20,8 @@ pub struct NodeConfig {
     pub replication_factor: usize,
     pub session_timeout_ms: u64,
     pub write_timeout_ms: u64,
+    /// `--grid-rows` and `--grid-partitions`, if the nodes run the matching grid.
+    pub grid: Option<(u32, u32)>,
 }
 
 /// What a node's stderr said about its role, newest last.
@@ -75,8 +77,14 @@ impl NodeProc {
     pub fn spawn(&mut self, cfg: &NodeConfig) {
         assert!(self.child.is_none(), "{} already runs", self.id);
         *self.announced.lock().unwrap() = Announced::default();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_herald"))
-            .arg("serve")
+        let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
+        command.arg("serve");
+        if let Some((rows, parts)) = cfg.grid {
+            command
+                .args(["--grid-rows", &rows.to_string()])
+                .args(["--grid-partitions", &parts.to_string()]);
+        }
+        let mut child = command
             .args(["--cluster", &cfg.bootstrap])
             .args(["--cluster-name", &cfg.cluster])
             .args(["--node-id", &self.id])

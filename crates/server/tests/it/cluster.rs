@@ -68,6 +68,7 @@ impl ClusterView for FakeView {
                 node("n1", NodeRole::Primary),
                 node("n2", self.role().node_role()),
             ],
+            grid: None,
         }
     }
 }

@@ -17,7 +17,7 @@ import {
 } from "../protocol.js";
 import type { Http } from "./http.js";
 
-export type { ClusterStatus, DeadLetter, NodeRole, NodeStatus, TriggerError, TriggerStatus } from "../protocol.js";
+export type { ClusterStatus, DeadLetter, GridCell, GridStatus, NodeRole, NodeStatus, TriggerError, TriggerStatus } from "../protocol.js";
 
 export interface CollectionInfo {
   readonly name: string;

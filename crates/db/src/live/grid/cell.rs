@@ -1,0 +1,150 @@
+//! `CellMatcher`: the pure matching of one grid cell, the views of one query partition against
+//! the changes of one write partition of a commit.
+
+use super::write_partition;
+use crate::live::feed::Commit;
+use crate::live::matcher::{Matcher, ViewId};
+use herald_query::Filter;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// The views of one query partition: per collection the predicate index over them, and each
+/// view's filter for the exact check of its candidates.
+#[derive(Default)]
+pub struct CellMatcher {
+    matchers: HashMap<String, Matcher>,
+    views: HashMap<ViewId, (String, Arc<Filter>)>,
+}
+
+impl CellMatcher {
+    pub fn add(&mut self, id: ViewId, collection: &str, filter: Arc<Filter>) {
+        self.remove(id);
+        self.matchers
+            .entry(collection.to_string())
+            .or_default()
+            .add(id, &filter);
+        self.views.insert(id, (collection.to_string(), filter));
+    }
+
+    pub fn remove(&mut self, id: ViewId) {
+        let Some((collection, _)) = self.views.remove(&id) else {
+            return;
+        };
+        if let Some(m) = self.matchers.get_mut(&collection) {
+            m.remove(id);
+            if m.is_empty() {
+                self.matchers.remove(&collection);
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.views.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.views.is_empty()
+    }
+
+    /// The matches of the changes of `commit` in write partition `part` of `parts`: per view,
+    /// the indexes of the changes whose before- or after-image its filter matches, ascending.
+    /// `only`: match just these views (a grid node catching up views it learned late).
+    pub fn match_commit(
+        &self,
+        commit: &Commit,
+        part: u32,
+        parts: u32,
+        only: Option<&HashSet<ViewId>>,
+    ) -> Vec<(ViewId, Vec<u32>)> {
+        let mut out: HashMap<ViewId, Vec<u32>> = HashMap::new();
+        let mut cand = HashSet::new();
+        for (i, ch) in commit.changes.iter().enumerate() {
+            let Some(m) = self.matchers.get(&ch.collection) else {
+                continue;
+            };
+            if parts > 1 && write_partition(&ch.collection, &ch.id, parts) != part {
+                continue;
+            }
+            cand.clear();
+            for image in [&ch.before, &ch.after].into_iter().flatten() {
+                m.probe(image, &mut cand);
+            }
+            let scanned = m.scanned();
+            for id in cand.iter().chain(scanned.iter()) {
+                if only.is_some_and(|o| !o.contains(id)) {
+                    continue;
+                }
+                let Some((_, filter)) = self.views.get(id) else {
+                    continue;
+                };
+                let hit = ch.after.as_ref().is_some_and(|a| filter.matches(a))
+                    || ch.before.as_ref().is_some_and(|b| filter.matches(b));
+                if hit {
+                    let idx = out.entry(*id).or_default();
+                    // A view both probed and scanned is checked twice; record the change once.
+                    if idx.last() != Some(&(i as u32)) {
+                        idx.push(i as u32);
+                    }
+                }
+            }
+        }
+        out.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::txn::{Change, ChangeOp};
+    use serde_json::{json, Value};
+
+    fn change(id: &str, before: Option<Value>, after: Option<Value>) -> Change {
+        Change {
+            collection: "c".into(),
+            id: id.into(),
+            op: ChangeOp::Update,
+            version: 1,
+            before,
+            after,
+        }
+    }
+
+    #[test]
+    fn matches_either_image_once_per_change_and_honours_partitions() {
+        let mut cell = CellMatcher::default();
+        let f = |v: Value| Arc::new(Filter::parse(&v).unwrap());
+        cell.add(1, "c", f(json!({"a": 1})));
+        cell.add(2, "c", f(json!({"b": {"$regex": "x"}})));
+        cell.add(3, "other", f(json!({})));
+        let commit = Commit {
+            seq: 7,
+            changes: vec![
+                change("d1", Some(json!({"a": 1})), Some(json!({"a": 2}))),
+                change("d2", None, Some(json!({"b": "yxy"}))),
+                change("d3", Some(json!({"a": 3})), None),
+            ],
+            bytes: 0,
+        };
+        let mut all = cell.match_commit(&commit, 0, 1, None);
+        all.sort();
+        assert_eq!(all, vec![(1, vec![0]), (2, vec![1])]);
+        // Every change lands in exactly one of 3 write partitions.
+        let mut union: Vec<(ViewId, Vec<u32>)> = Vec::new();
+        for p in 0..3 {
+            for (v, idx) in cell.match_commit(&commit, p, 3, None) {
+                union.push((v, idx));
+            }
+        }
+        union.sort();
+        assert_eq!(union, vec![(1, vec![0]), (2, vec![1])]);
+        let only = HashSet::from([2]);
+        assert_eq!(
+            cell.match_commit(&commit, 0, 1, Some(&only)),
+            vec![(2, vec![1])]
+        );
+        cell.remove(1);
+        cell.remove(2);
+        cell.remove(3);
+        assert!(cell.is_empty() && cell.matchers.is_empty());
+    }
+}
