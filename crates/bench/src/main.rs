@@ -38,6 +38,7 @@ enum DurabilityArg {
 enum WorkloadArg {
     Range,
     Regex,
+    Suffix,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -107,7 +108,7 @@ enum Command {
     /// `--search` the capacity of each workload (p99 <= 30 ms) and latency at 80% of it.
     Live {
         /// Workloads (comma-separated): `range` (InvaliDB's indexable range queries), `regex`
-        /// (unindexable `$regex` prefixes).
+        /// (anchored `$regex` prefixes), `suffix` (unanchored `$regex` suffixes, `":0000042$"`).
         #[arg(long, value_enum, value_delimiter = ',', default_value = "range")]
         workload: Vec<WorkloadArg>,
         /// Explicit mode: active queries per run (comma-separated).
@@ -531,6 +532,7 @@ fn main() {
                     .map(|w| match w {
                         WorkloadArg::Range => Workload::Range,
                         WorkloadArg::Regex => Workload::Regex,
+                        WorkloadArg::Suffix => Workload::Suffix,
                     })
                     .collect(),
                 queries,

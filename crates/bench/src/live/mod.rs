@@ -2,9 +2,11 @@
 //! latency of live queries under the InvaliDB workload (paper section 6.1): documents have five
 //! 10-character strings and five integers, one of them `random`, uniform over
 //! `[0, queries * WIDTH)`; range query `i` is `{"random": {"$gte": i * WIDTH, "$lt": (i + 1) *
-//! WIDTH}}`, so every write matches exactly one query. The unindexable workload subscribes
+//! WIDTH}}`, so every write matches exactly one query. The prefix workload subscribes
 //! `{"key": {"$regex": "^k0000042x"}}` instead (each write's `key` starts with one query's
-//! prefix). Latency runs from just before a write is sent until its subscriber has the change.
+//! prefix); the suffix workload `{"rs": {"$regex": ":0000042$"}}`, an unanchored regex as a new
+//! user writes it (each write's `rs` ends with one query's number). Latency runs from just
+//! before a write is sent until its subscriber has the change.
 //!
 //! - Explicit mode (`--queries`, `--rates`): one run per configuration, printed as a table.
 //! - Search mode (`--search`): per workload, the most active queries sustainable at 1,000
@@ -36,9 +38,12 @@ pub const WIDTH: u64 = 1_000;
 pub enum Workload {
     /// InvaliDB's `{"random": {"$gte": i, "$lt": j}}`: served by the range predicate index.
     Range,
-    /// `{"key": {"$regex": "^k0000042x"}}`: no index applies, so every write is tested against
-    /// every query (the engine's scan list).
+    /// `{"key": {"$regex": "^k0000042x"}}`: an anchored literal prefix (the engine's prefix
+    /// list: every write is compared with every query's prefix).
     Regex,
+    /// `{"rs": {"$regex": ":0000042$"}}`: an unanchored suffix pattern (the example of a
+    /// query no value index serves).
+    Suffix,
 }
 
 impl Workload {
@@ -46,6 +51,7 @@ impl Workload {
         match self {
             Workload::Range => "range",
             Workload::Regex => "regex",
+            Workload::Suffix => "suffix",
         }
     }
 
@@ -57,12 +63,14 @@ impl Workload {
                 json!({"random": {"$gte": lo, "$lt": lo + WIDTH}})
             }
             Workload::Regex => json!({"key": {"$regex": format!("^k{q:07}x")}}),
+            Workload::Suffix => json!({"rs": {"$regex": format!(":{q:07}$")}}),
         }
     }
 }
 
 /// A written document: five 10-letter strings and five integers (`random` decides the range
-/// query it matches), plus `key`, whose prefix decides the regex query it matches.
+/// query it matches), plus `key`, whose prefix decides the regex query it matches, and `rs`, a
+/// word, `:` and a 7-digit number that decides the suffix query it matches.
 pub fn document(rng: &mut impl Rng, queries: u64) -> Value {
     json!({
         "s1": word(rng), "s2": word(rng), "s3": word(rng), "s4": word(rng), "s5": word(rng),
@@ -70,6 +78,7 @@ pub fn document(rng: &mut impl Rng, queries: u64) -> Value {
         "i4": rng.gen_range(0..1000),
         "random": rng.gen_range(0..queries * WIDTH),
         "key": format!("k{:07}x{}", rng.gen_range(0..queries), word(rng)),
+        "rs": format!("{}:{:07}", word(rng), rng.gen_range(0..queries)),
     })
 }
 

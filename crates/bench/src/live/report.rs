@@ -33,6 +33,8 @@ pub fn target(workload: Workload, series: Series) -> Option<u64> {
         (Workload::Range, Series::Writes) => Some(10_000),
         (Workload::Regex, Series::Queries) => Some(10_000),
         (Workload::Regex, Series::Writes) => None,
+        (Workload::Suffix, Series::Queries) => Some(10_000),
+        (Workload::Suffix, Series::Writes) => None,
     }
 }
 

@@ -66,7 +66,7 @@ pub struct SearchOptions {
     pub max_queries: u64,
     /// Bound of the writes series.
     pub max_rate: u64,
-    /// First value of the queries series; `None`: 25,000 for range, 1,000 for regex.
+    /// First value of the queries series; `None`: 25,000 for range, 1,000 for regex and suffix.
     pub start_queries: Option<u64>,
     /// First value of the writes series.
     pub start_rate: u64,
@@ -127,7 +127,7 @@ async fn run_series(
         Series::Queries => (
             s.start_queries.unwrap_or(match workload {
                 Workload::Range => 25_000,
-                Workload::Regex => 1_000,
+                Workload::Regex | Workload::Suffix => 1_000,
             }),
             s.max_queries,
         ),
