@@ -510,8 +510,9 @@ mod tests {
                         let x = seq * 7 + i as u64 * 13;
                         (
                             format!("d{}", x % 20),
-                            (x % 3 != 0).then(|| json!({"a": x % 5})),
-                            (x % 4 != 0).then(|| json!({"a": (x / 5) % 5, "s": format!("k{x}")})),
+                            (!x.is_multiple_of(3)).then(|| json!({"a": x % 5})),
+                            (!x.is_multiple_of(4))
+                                .then(|| json!({"a": (x / 5) % 5, "s": format!("k{x}")})),
                         )
                     })
                     .collect();
