@@ -180,7 +180,6 @@ fn subscribers_follow_the_pull_result_at_every_batch_over_the_threaded_grid() {
             parts: rng.gen_range(1..=4),
             depth: [1, 2, 8, 32][rng.gen_range(0..4)],
             jitter: Duration::from_micros([0, 300, 1500][rng.gen_range(0..3)]),
-            ..ThreadsConfig::default()
         };
         let shape = format!("seed {seed} grid {config:?}");
         let (_dir, db) = open_db();
