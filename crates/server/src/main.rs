@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use herald::{serve, shutdown_signal, ServeConfig, CACHE_MIB_MAX, CACHE_MIB_MIN};
+use herald_db::live::grid::GRID_DIM_MAX;
 use herald_db::{DbOptions, Durability};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -151,6 +152,17 @@ enum Command {
         /// Time a webhook has to answer, in milliseconds.
         #[arg(long, default_value_t = herald::triggers::WEBHOOK_TIMEOUT_MS_DEFAULT)]
         webhook_timeout_ms: u64,
+        /// Live-query matching grid: rows (query partitions, 1-64). Each query is matched by
+        /// the cells of one row; rows share the queries out. Giving either grid flag starts the
+        /// threaded grid (the other defaults to 1); with neither, the default depends on the
+        /// cores (up to 2: matching on the live engine's thread). See docs/live-queries.md,
+        /// "Matching grid".
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=GRID_DIM_MAX as i64))]
+        grid_rows: Option<u32>,
+        /// Live-query matching grid: write partitions (1-64). Each row has one cell thread per
+        /// partition, each matching the changes of its share of the documents.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=GRID_DIM_MAX as i64))]
+        grid_partitions: Option<u32>,
         #[command(flatten)]
         cluster: Box<ClusterArgs>,
     },
@@ -352,8 +364,18 @@ fn main() {
             trigger_time_ms,
             trigger_memory_mib,
             webhook_timeout_ms,
+            grid_rows,
+            grid_partitions,
             cluster,
         } => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let grid = match herald::grid_config(grid_rows, grid_partitions, cores) {
+                Ok(g) => g,
+                Err(e) => {
+                    eprintln!("herald: {e}");
+                    std::process::exit(2);
+                }
+            };
             #[allow(clippy::let_unit_value)] // `()` in a build without the cluster feature
             let cluster = match cluster_options(*cluster, listen, rules.is_some()) {
                 Ok(c) => c,
@@ -408,6 +430,7 @@ fn main() {
                     ..Default::default()
                 },
                 auth,
+                grid,
                 cluster,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()
