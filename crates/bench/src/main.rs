@@ -38,6 +38,7 @@ enum DurabilityArg {
 enum WorkloadArg {
     Range,
     Regex,
+    Scan,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -104,7 +105,8 @@ enum Command {
     /// `--search` the capacity of each workload (p99 <= 30 ms) and latency at 80% of it.
     Live {
         /// Workloads (comma-separated): `range` (InvaliDB's indexable range queries), `regex`
-        /// (unindexable `$regex` prefixes).
+        /// (anchored `$regex` prefixes), `scan` (`$or` filters no structure indexes: every
+        /// write tested against every query).
         #[arg(long, value_enum, value_delimiter = ',', default_value = "range")]
         workload: Vec<WorkloadArg>,
         /// Explicit mode: active queries per run (comma-separated).
@@ -156,6 +158,18 @@ enum Command {
         /// Search mode: seconds of writing in the run at 80% of capacity.
         #[arg(long, default_value_t = 30)]
         final_secs: u64,
+        /// The server's live-query matching grid: rows (query partitions); passed to `herald
+        /// serve --grid-rows` (with --grid-partitions, default 1). Default: the server's.
+        #[arg(long)]
+        grid_rows: Option<u32>,
+        /// The server's matching grid: write partitions (`herald serve --grid-partitions`).
+        #[arg(long)]
+        grid_partitions: Option<u32>,
+        /// Limit each matching cell thread to this many cores (e.g. 0.25): as root, each goes
+        /// into its own cgroup v1 cpu group (CFS quota over a 10 ms period), removed after the
+        /// run. Needs --grid-rows or --grid-partitions.
+        #[arg(long)]
+        cell_cpu: Option<f64>,
         /// JSON output (default: target/bench-results/live.json, or
         /// live-search-<durability>.json with --search); charts are written next to it.
         #[arg(long)]
@@ -501,6 +515,9 @@ fn main() {
             start_rate,
             bisect_steps,
             final_secs,
+            grid_rows,
+            grid_partitions,
+            cell_cpu,
             out,
         } => {
             use herald_bench::live::{
@@ -512,6 +529,7 @@ fn main() {
                     .map(|w| match w {
                         WorkloadArg::Range => Workload::Range,
                         WorkloadArg::Regex => Workload::Regex,
+                        WorkloadArg::Scan => Workload::Scan,
                     })
                     .collect(),
                 queries,
@@ -537,6 +555,9 @@ fn main() {
                     bisect_steps,
                     final_secs,
                 }),
+                grid: (grid_rows.is_some() || grid_partitions.is_some())
+                    .then(|| (grid_rows.unwrap_or(1), grid_partitions.unwrap_or(1))),
+                cell_cpu,
                 out,
             };
             run_bench(herald_bench::live::run(opts));

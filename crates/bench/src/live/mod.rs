@@ -36,9 +36,13 @@ pub const WIDTH: u64 = 1_000;
 pub enum Workload {
     /// InvaliDB's `{"random": {"$gte": i, "$lt": j}}`: served by the range predicate index.
     Range,
-    /// `{"key": {"$regex": "^k0000042x"}}`: no index applies, so every write is tested against
-    /// every query (the engine's scan list).
+    /// `{"key": {"$regex": "^k0000042x"}}`: served by the anchored-prefix lists (a linear
+    /// scan of the prefixes, cheaper than each filter).
     Regex,
+    /// `{"$or": [{"rk": 42}, {"rk": -1}]}`: no structure indexes it, so every write is tested
+    /// against every query's filter (the scan list); each write's `rk` is one query's number.
+    /// The workload of the matching grid's scaling experiment.
+    Scan,
 }
 
 impl Workload {
@@ -46,6 +50,7 @@ impl Workload {
         match self {
             Workload::Range => "range",
             Workload::Regex => "regex",
+            Workload::Scan => "scan",
         }
     }
 
@@ -57,20 +62,26 @@ impl Workload {
                 json!({"random": {"$gte": lo, "$lt": lo + WIDTH}})
             }
             Workload::Regex => json!({"key": {"$regex": format!("^k{q:07}x")}}),
+            Workload::Scan => json!({"$or": [{"rk": q}, {"rk": -1}]}),
         }
     }
 }
 
 /// A written document: five 10-letter strings and five integers (`random` decides the range
-/// query it matches), plus `key`, whose prefix decides the regex query it matches.
-pub fn document(rng: &mut impl Rng, queries: u64) -> Value {
-    json!({
+/// query it matches), plus `key`, whose prefix decides the regex query it matches, and for the
+/// scan workload `rk`, the number of the query it matches.
+pub fn document(rng: &mut impl Rng, queries: u64, workload: Workload) -> Value {
+    let mut doc = json!({
         "s1": word(rng), "s2": word(rng), "s3": word(rng), "s4": word(rng), "s5": word(rng),
         "i1": rng.gen_range(0..1000), "i2": rng.gen_range(0..1000), "i3": rng.gen_range(0..1000),
         "i4": rng.gen_range(0..1000),
         "random": rng.gen_range(0..queries * WIDTH),
         "key": format!("k{:07}x{}", rng.gen_range(0..queries), word(rng)),
-    })
+    });
+    if workload == Workload::Scan {
+        doc["rk"] = json!(rng.gen_range(0..queries));
+    }
+    doc
 }
 
 fn word(rng: &mut impl Rng) -> String {
@@ -113,6 +124,10 @@ pub struct LiveBenchOptions {
     pub writer: WritePath,
     /// Capacity search instead of explicit runs.
     pub search: Option<SearchOptions>,
+    /// The server's matching grid (`--grid-rows`, `--grid-partitions`); `None`: its default.
+    pub grid: Option<(u32, u32)>,
+    /// Each matching cell thread limited to this many cores (cgroup v1, root only).
+    pub cell_cpu: Option<f64>,
     /// JSON output; `None`: `target/bench-results/live.json` (explicit) or
     /// `live-search-<durability>.json` (search). Charts are written next to it.
     pub out: Option<PathBuf>,
@@ -127,6 +142,16 @@ pub async fn run(opts: LiveBenchOptions) -> Result<(), String> {
         };
         Path::new("target/bench-results").join(name)
     });
+    if opts.cell_cpu.is_some() {
+        if let Some(why) = crate::harness::cgroup::unsupported() {
+            return Err(why);
+        }
+        if opts.grid.is_none() {
+            return Err(
+                "--cell-cpu needs --grid-rows/--grid-partitions (the threaded grid)".into(),
+            );
+        }
+    }
     if let Some(d) = out.parent() {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
@@ -140,12 +165,22 @@ pub async fn run(opts: LiveBenchOptions) -> Result<(), String> {
     Ok(())
 }
 
+/// `2x1 (0.25 core per cell)`, or `default`.
+pub fn grid_name(grid: Option<(u32, u32)>, cell_cpu: Option<f64>) -> String {
+    match (grid, cell_cpu) {
+        (None, _) => "server default".into(),
+        (Some((q, w)), None) => format!("{q}x{w}"),
+        (Some((q, w)), Some(c)) => format!("{q}x{w} ({c} core per cell)"),
+    }
+}
+
 /// One run per (workload, queries, writes/s), printed as it completes.
 async fn explicit(opts: &LiveBenchOptions) -> Result<Value, String> {
     println!(
-        "server durability: {}; writes: {}",
+        "server durability: {}; writes: {}; grid: {}",
         durability_name(opts.durability),
-        opts.writer.name()
+        opts.writer.name(),
+        grid_name(opts.grid, opts.cell_cpu)
     );
     probe::print_header();
     let mut runs = Vec::new();
@@ -160,6 +195,8 @@ async fn explicit(opts: &LiveBenchOptions) -> Result<Value, String> {
                     secs: opts.secs,
                     durability: opts.durability,
                     writer: opts.writer,
+                    grid: opts.grid,
+                    cell_cpu: opts.cell_cpu,
                 })
                 .await?;
                 p.print_row(workload.name());
@@ -169,6 +206,8 @@ async fn explicit(opts: &LiveBenchOptions) -> Result<Value, String> {
     }
     Ok(json!({
         "benchmark": "live", "mode": "explicit",
-        "durability": durability_name(opts.durability), "writer": opts.writer.name(), "runs": runs,
+        "durability": durability_name(opts.durability), "writer": opts.writer.name(),
+        "grid": opts.grid.map(|(q, w)| json!({"rows": q, "partitions": w})),
+        "cell_cpu": opts.cell_cpu, "runs": runs,
     }))
 }

@@ -32,7 +32,7 @@ pub fn target(workload: Workload, series: Series) -> Option<u64> {
         (Workload::Range, Series::Queries) => Some(100_000),
         (Workload::Range, Series::Writes) => Some(10_000),
         (Workload::Regex, Series::Queries) => Some(10_000),
-        (Workload::Regex, Series::Writes) => None,
+        (Workload::Regex, Series::Writes) | (Workload::Scan, _) => None,
     }
 }
 

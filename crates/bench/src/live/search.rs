@@ -47,6 +47,8 @@ impl Series {
             secs,
             durability: opts.durability,
             writer: opts.writer,
+            grid: opts.grid,
+            cell_cpu: opts.cell_cpu,
         }
     }
 
@@ -85,7 +87,10 @@ struct Searcher<'a> {
 
 impl Searcher<'_> {
     fn label(&self) -> String {
-        format!("{}/{}", self.workload.name(), self.series.name())
+        match self.opts.grid {
+            Some((q, w)) => format!("{}/{} {q}x{w}", self.workload.name(), self.series.name()),
+            None => format!("{}/{}", self.workload.name(), self.series.name()),
+        }
     }
 
     /// Runs value `x` on a quiet machine, prints its row; true when it passes.
@@ -127,7 +132,7 @@ async fn run_series(
         Series::Queries => (
             s.start_queries.unwrap_or(match workload {
                 Workload::Range => 25_000,
-                Workload::Regex => 1_000,
+                Workload::Regex | Workload::Scan => 1_000,
             }),
             s.max_queries,
         ),
@@ -167,11 +172,12 @@ pub async fn run(opts: &LiveBenchOptions, s: &SearchOptions, out: &Path) -> Resu
     let dur = durability_name(opts.durability);
     println!(
         "capacity search: p99 <= {} ms, achieved rate >= {:.0}% of target, nothing lost; \
-         {} s per probe, {} s at 80%; server durability: {dur}",
+         {} s per probe, {} s at 80%; server durability: {dur}; grid: {}",
         probe::P99_MAX_MS,
         probe::RATE_SHARE_MIN * 100.0,
         opts.secs,
-        s.final_secs
+        s.final_secs,
+        super::grid_name(opts.grid, opts.cell_cpu)
     );
     probe::print_header();
     let dir = out.parent().unwrap_or(Path::new("."));
@@ -181,8 +187,12 @@ pub async fn run(opts: &LiveBenchOptions, s: &SearchOptions, out: &Path) -> Resu
         for &series in &s.series {
             let o = run_series(opts, s, workload, series).await?;
             report::print_capacity(&o);
+            let grid = match opts.grid {
+                Some((q, w)) => format!("-{q}x{w}"),
+                None => String::new(),
+            };
             let chart = dir.join(format!(
-                "live-{}-{}-{dur}.svg",
+                "live-{}-{}-{dur}{grid}.svg",
                 workload.name(),
                 series.name()
             ));
@@ -196,6 +206,9 @@ pub async fn run(opts: &LiveBenchOptions, s: &SearchOptions, out: &Path) -> Resu
     report::print_summary(&outcomes);
     Ok(json!({
         "benchmark": "live", "mode": "search", "durability": dur,
+        "writer": opts.writer.name(),
+        "grid": opts.grid.map(|(q, w)| json!({"rows": q, "partitions": w})),
+        "cell_cpu": opts.cell_cpu,
         "criteria": {"p99_ms_max": probe::P99_MAX_MS, "rate_share_min": probe::RATE_SHARE_MIN,
                      "all_delivered": true},
         "options": {"secs": opts.secs, "final_secs": s.final_secs, "max_queries": s.max_queries,
