@@ -69,18 +69,28 @@ fn write(path: &Path, value: &str) -> Result<(), String> {
 }
 
 impl CellLimits {
-    /// Puts every cell thread of `pid` into its own group limited to `cores` (e.g. 0.25).
-    pub fn apply(pid: u32, cores: f64) -> Result<CellLimits, String> {
+    /// Puts each of the `expected` cell threads of `pid` into its own group limited to `cores`
+    /// (e.g. 0.25). The server starts its cells just after it starts listening: waits up to
+    /// 10 s for them to appear.
+    pub fn apply(pid: u32, expected: usize, cores: f64) -> Result<CellLimits, String> {
         if let Some(why) = unsupported() {
             return Err(why);
         }
-        let cells = cell_threads(pid);
-        if cells.is_empty() {
-            return Err(format!(
-                "no {CELL_PREFIX}* threads in process {pid}: --cell-cpu needs the threaded grid \
-                 (--grid-rows/--grid-partitions)"
-            ));
-        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let cells = loop {
+            let cells = cell_threads(pid);
+            if cells.len() >= expected {
+                break cells;
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "{} of {expected} {CELL_PREFIX}* threads in process {pid} after 10 s: \
+                     --cell-cpu needs the threaded grid (--grid-rows/--grid-partitions)",
+                    cells.len()
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
         let parent = Path::new(CPU_ROOT).join(format!("herald-bench-{}", std::process::id()));
         std::fs::create_dir_all(&parent).map_err(|e| format!("{}: {e}", parent.display()))?;
         let mut limits = CellLimits {

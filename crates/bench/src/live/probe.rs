@@ -387,7 +387,10 @@ pub async fn run(cfg: ProbeConfig) -> Result<Probe, String> {
     );
     // The cell threads exist from the start; limited before anything is measured.
     let limits = match cfg.cell_cpu {
-        Some(cores) => Some(CellLimits::apply(server.pid(), cores)?),
+        Some(cores) => {
+            let (q, w) = cfg.grid.unwrap_or((1, 1));
+            Some(CellLimits::apply(server.pid(), (q * w) as usize, cores)?)
+        }
         None => None,
     };
     let result = measure(&cfg, &server).await;
