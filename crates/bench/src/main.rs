@@ -175,6 +175,12 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// The matching grid's scaling chart and table from the JSON of `live --search` runs with
+    /// different --grid-rows/--grid-partitions in one directory.
+    LiveScaling {
+        /// The directory of the reports; the charts and `grid-scaling.md` are written there.
+        dir: PathBuf,
+    },
     /// Tweet fan-out three ways: synchronous, external queue (Redis + worker), Herald triggers.
     Fanout {
         /// Modes to run, in order (comma-separated): sync, queue, triggers.
@@ -500,6 +506,12 @@ fn main() {
         herald_bench::harness::server::set_herald_path(p);
     }
     match cli.command {
+        Command::LiveScaling { dir } => {
+            if let Err(e) = herald_bench::live::scaling::run(&dir) {
+                eprintln!("herald-bench: {e}");
+                std::process::exit(1);
+            }
+        }
         Command::Live {
             workload,
             queries,

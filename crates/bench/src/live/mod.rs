@@ -18,6 +18,7 @@
 
 mod probe;
 pub(crate) mod report;
+pub mod scaling;
 pub(crate) mod search;
 
 use rand::Rng;
