@@ -165,6 +165,9 @@ enum Command {
         /// The server's matching grid: write partitions (`herald serve --grid-partitions`).
         #[arg(long)]
         grid_partitions: Option<u32>,
+        /// A run passes with p99 notification latency up to this many milliseconds.
+        #[arg(long, default_value_t = 30.0)]
+        p99_max_ms: f64,
         /// Limit each matching cell thread to this many cores (e.g. 0.25): as root, each goes
         /// into its own cgroup v1 cpu group (CFS quota over a 10 ms period), removed after the
         /// run. Needs --grid-rows or --grid-partitions.
@@ -530,6 +533,7 @@ fn main() {
             grid_rows,
             grid_partitions,
             cell_cpu,
+            p99_max_ms,
             out,
         } => {
             use herald_bench::live::{
@@ -570,6 +574,7 @@ fn main() {
                 grid: (grid_rows.is_some() || grid_partitions.is_some())
                     .then(|| (grid_rows.unwrap_or(1), grid_partitions.unwrap_or(1))),
                 cell_cpu,
+                p99_max_ms,
                 out,
             };
             run_bench(herald_bench::live::run(opts));

@@ -129,6 +129,8 @@ pub struct LiveBenchOptions {
     pub grid: Option<(u32, u32)>,
     /// Each matching cell thread limited to this many cores (cgroup v1, root only).
     pub cell_cpu: Option<f64>,
+    /// A run passes with p99 latency up to this (`probe::P99_MAX_MS`, 30 ms, by default).
+    pub p99_max_ms: f64,
     /// JSON output; `None`: `target/bench-results/live.json` (explicit) or
     /// `live-search-<durability>.json` (search). Charts are written next to it.
     pub out: Option<PathBuf>,
@@ -198,6 +200,7 @@ async fn explicit(opts: &LiveBenchOptions) -> Result<Value, String> {
                     writer: opts.writer,
                     grid: opts.grid,
                     cell_cpu: opts.cell_cpu,
+                    p99_max_ms: opts.p99_max_ms,
                 })
                 .await?;
                 p.print_row(workload.name());

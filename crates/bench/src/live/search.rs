@@ -49,6 +49,7 @@ impl Series {
             writer: opts.writer,
             grid: opts.grid,
             cell_cpu: opts.cell_cpu,
+            p99_max_ms: opts.p99_max_ms,
         }
     }
 
@@ -173,7 +174,7 @@ pub async fn run(opts: &LiveBenchOptions, s: &SearchOptions, out: &Path) -> Resu
     println!(
         "capacity search: p99 <= {} ms, achieved rate >= {:.0}% of target, nothing lost; \
          {} s per probe, {} s at 80%; server durability: {dur}; grid: {}",
-        probe::P99_MAX_MS,
+        opts.p99_max_ms,
         probe::RATE_SHARE_MIN * 100.0,
         opts.secs,
         s.final_secs,
@@ -209,7 +210,7 @@ pub async fn run(opts: &LiveBenchOptions, s: &SearchOptions, out: &Path) -> Resu
         "writer": opts.writer.name(),
         "grid": opts.grid.map(|(q, w)| json!({"rows": q, "partitions": w})),
         "cell_cpu": opts.cell_cpu,
-        "criteria": {"p99_ms_max": probe::P99_MAX_MS, "rate_share_min": probe::RATE_SHARE_MIN,
+        "criteria": {"p99_ms_max": opts.p99_max_ms, "rate_share_min": probe::RATE_SHARE_MIN,
                      "all_delivered": true},
         "options": {"secs": opts.secs, "final_secs": s.final_secs, "max_queries": s.max_queries,
                     "max_rate": s.max_rate, "bisect_steps": s.bisect_steps,
