@@ -17,6 +17,8 @@ pub struct Capacity {
     pub capacity: Option<u64>,
     pub at_least: bool,
     pub cell_cpu: Option<f64>,
+    /// The search's pass bound on p99 latency.
+    pub p99_max_ms: Option<f64>,
 }
 
 /// The capacities in one `live --search` report (empty when it has no grid).
@@ -40,6 +42,7 @@ pub fn capacities(report: &Value) -> Vec<Capacity> {
             capacity: s["capacity"].as_u64(),
             at_least: s["at_least"].as_bool().unwrap_or(false),
             cell_cpu: report["cell_cpu"].as_f64(),
+            p99_max_ms: report["criteria"]["p99_ms_max"].as_f64(),
         })
         .collect()
 }
@@ -86,29 +89,51 @@ fn line_points(caps: &[Capacity], series: &str, by_rows: bool) -> Vec<(u64, u64)
         .collect()
 }
 
-/// The Markdown table: one row per grid shape and series.
+/// The Markdown table: one row per grid shape and series, with the factor over the shape with
+/// half the cells grown the same way, then per series and way the mean factor per doubling.
 pub fn table(caps: &[Capacity]) -> String {
     let mut out = String::from(
-        "| series | grid (rows x partitions) | cells | capacity | per doubling (this way) |\n\
+        "| series | grid (rows x partitions) | cells | capacity | vs half the cells |\n\
          |---|---|---|---|---|\n",
     );
     for c in caps {
-        let by_rows = c.parts == 1;
-        let pts = line_points(caps, &c.series, by_rows);
-        let f = factor_per_doubling(&pts).map_or("".to_string(), |f| {
-            format!("{f:.2}x by {}", if by_rows { "rows" } else { "partitions" })
+        let cells = c.rows * c.parts;
+        let half = caps.iter().find(|h| {
+            h.series == c.series
+                && h.rows * h.parts * 2 == cells
+                && if c.parts == 1 {
+                    h.parts == 1
+                } else {
+                    h.rows == 1
+                }
         });
+        let vs = match (half.and_then(|h| h.capacity), c.capacity) {
+            (Some(h), Some(x)) if h > 0 => format!("{:.2}x", x as f64 / h as f64),
+            _ => String::new(),
+        };
         out.push_str(&format!(
             "| {} {} | {}x{} | {} | {}{} | {} |\n",
             c.workload,
             c.series,
             c.rows,
             c.parts,
-            c.rows * c.parts,
+            cells,
             if c.at_least { ">= " } else { "" },
             c.capacity.map_or("none".into(), crate::harness::thousands),
-            if c.rows * c.parts == 1 { "" } else { &f },
+            vs,
         ));
+    }
+    let mut series: Vec<&str> = caps.iter().map(|c| c.series.as_str()).collect();
+    series.dedup();
+    out.push('\n');
+    for s in series {
+        for (by_rows, way) in [(true, "rows"), (false, "partitions")] {
+            if let Some(f) = factor_per_doubling(&line_points(caps, s, by_rows)) {
+                out.push_str(&format!(
+                    "- {s}, more {way}: {f:.2}x per doubling of cells\n"
+                ));
+            }
+        }
     }
     out
 }
@@ -119,6 +144,7 @@ pub fn chart(caps: &[Capacity], series: &str) -> Chart {
         .iter()
         .find_map(|c| c.cell_cpu)
         .map_or("unlimited".to_string(), |c| format!("{c} core"));
+    let bound = caps.iter().find_map(|c| c.p99_max_ms).unwrap_or(30.0);
     let line = |name: &str, color, by_rows| Line {
         name: name.into(),
         color,
@@ -140,7 +166,7 @@ pub fn chart(caps: &[Capacity], series: &str) -> Chart {
         title: format!("Matching grid scaling: {what}"),
         subtitle: format!(
             "scan workload ($or filters: every write tested against every query); each cell \
-             limited to {cpu}; p99 <= 30 ms; 2 cores"
+             limited to {cpu}; p99 <= {bound} ms; 2 cores"
         ),
         x_label: "cells (rows x partitions)".into(),
         y_label: series.to_string(),
@@ -203,5 +229,17 @@ mod tests {
         assert_eq!(factor_per_doubling(&[(1, 1000)]), None);
         let t = table(&caps);
         assert!(t.contains("| scan queries | 2x1 | 2 | 1,800 |"), "{t}");
+        let mut two = caps.clone();
+        two.push(Capacity {
+            rows: 1,
+            capacity: Some(1000),
+            ..caps[0].clone()
+        });
+        let t = table(&two);
+        assert!(t.contains("| 1,800 | 1.80x |"), "{t}");
+        assert!(
+            t.contains("- queries, more rows: 1.80x per doubling"),
+            "{t}"
+        );
     }
 }
