@@ -1,10 +1,11 @@
 //! `Threads`: the matching grid inside one process, Q rows (query partitions) x W write
 //! partitions of cell threads, several commits in flight.
 //!
-//! Every dispatched commit goes to every cell (a bounded queue each); cell (q, w) matches the
-//! changes of write partition w against row q's views and reports them; `collect` hands out the
-//! oldest commit once all Q x W cells reported it, each view's change indexes merged over the W
-//! partitions. A row's W cells share one `CellMatcher` (behind an `RwLock`: one copy of the
+//! Every dispatched commit goes to every cell (a bounded queue each; the commits dispatched
+//! between two `collect`s travel as one batch, so a burst of small commits costs each cell one
+//! wake-up); cell (q, w) matches the changes of write partition w against row q's views and
+//! reports them; `collect` hands out the oldest commit once all Q x W cells reported it, each
+//! view's change indexes merged over the W partitions. A row's W cells share one `CellMatcher` (behind an `RwLock`: one copy of the
 //! predicate index per row, not per cell). The engine changes views only when nothing is in
 //! flight, so no cell is reading a row's matcher for a live commit while it changes; cells still
 //! busy with commits of a cleared epoch may hold the read lock, and the update waits for them.
@@ -81,18 +82,23 @@ impl ThreadsConfig {
     }
 }
 
-/// One commit for one cell.
+/// Consecutive commits for one cell: the commits dispatched since the engine last collected,
+/// sent at once so a busy stream of small commits costs one wake-up per batch, not per commit.
 struct Job {
     epoch: u64,
-    no: u64,
-    commit: Arc<Commit>,
+    /// Dispatch number of the first commit; the others follow in order.
+    first: u64,
+    commits: Vec<Arc<Commit>>,
 }
 
-/// One cell's answer for one commit: its matches, or why it has none (it panicked).
+/// One commit's matches from one cell, or why it has none (it panicked).
+type CellResult = Result<Vec<(ViewId, Vec<u32>)>, String>;
+
+/// One cell's answer for one job: per commit its result.
 struct Report {
     epoch: u64,
-    no: u64,
-    views: Result<Vec<(ViewId, Vec<u32>)>, String>,
+    first: u64,
+    views: Vec<CellResult>,
 }
 
 struct Row {
@@ -128,6 +134,9 @@ pub struct Threads {
     /// The row each view is matched in.
     view_row: HashMap<ViewId, u32>,
     pending: VecDeque<Pending>,
+    /// Commits dispatched but not yet sent to the cells (sent by `collect`, or when `depth`
+    /// of them wait): the first's dispatch number and the commits.
+    unsent: (u64, Vec<Arc<Commit>>),
     reports: Receiver<Report>,
     /// Cloned into cells that are (re)started.
     report_tx: SyncSender<Report>,
@@ -156,6 +165,7 @@ impl Threads {
             cells: Vec::with_capacity(n),
             view_row: HashMap::new(),
             pending: VecDeque::new(),
+            unsent: (0, Vec::new()),
             reports,
             report_tx,
             epoch: 0,
@@ -187,34 +197,38 @@ impl Threads {
                     rand::rngs::StdRng::seed_from_u64(u64::from(row) << 32 | u64::from(part))
                 });
                 while let Ok(job) = rx.recv() {
-                    if let Some(rng) = rng.as_mut() {
-                        use rand::Rng;
-                        std::thread::sleep(jitter.mul_f64(rng.gen::<f64>()));
-                    }
-                    // A panic in matching (a bug) is reported, not silent: the engine would
-                    // otherwise wait for this cell's answer forever.
-                    let views = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        #[cfg(test)]
-                        if panic_at == Some((row, part, job.commit.seq)) {
-                            panic!("cell {row}-{part} told to panic at {}", job.commit.seq);
+                    let mut views = Vec::with_capacity(job.commits.len());
+                    for commit in &job.commits {
+                        if let Some(rng) = rng.as_mut() {
+                            use rand::Rng;
+                            std::thread::sleep(jitter.mul_f64(rng.gen::<f64>()));
                         }
-                        // A read guard is not poisoned by a panic; a poisoned lock means an
-                        // update panicked and the matcher is still consistent enough to read.
-                        let m = matcher.read().unwrap_or_else(|e| e.into_inner());
-                        m.match_commit(&job.commit, part, parts, None)
-                    }))
-                    .map_err(|e| {
-                        let why = e
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                            .unwrap_or_default();
-                        format!("cell {row}-{part} failed at seq {}: {why}", job.commit.seq)
-                    });
-                    seq2.store(job.commit.seq, Ordering::Release);
+                        // A panic in matching (a bug) is reported, not silent: the engine
+                        // would otherwise wait for this cell's answer forever.
+                        let v = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            #[cfg(test)]
+                            if panic_at == Some((row, part, commit.seq)) {
+                                panic!("cell {row}-{part} told to panic at {}", commit.seq);
+                            }
+                            // A read guard is not poisoned by a panic; a poisoned lock means
+                            // an update panicked, and the matcher is still readable.
+                            let m = matcher.read().unwrap_or_else(|e| e.into_inner());
+                            m.match_commit(commit, part, parts, None)
+                        }))
+                        .map_err(|e| {
+                            let why = e
+                                .downcast_ref::<String>()
+                                .cloned()
+                                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                                .unwrap_or_default();
+                            format!("cell {row}-{part} failed at seq {}: {why}", commit.seq)
+                        });
+                        views.push(v);
+                        seq2.store(commit.seq, Ordering::Release);
+                    }
                     let report = Report {
                         epoch: job.epoch,
-                        no: job.no,
+                        first: job.first,
                         views,
                     };
                     if out.send(report).is_err() {
@@ -232,25 +246,67 @@ impl Threads {
         }
     }
 
-    /// Files one report into its pending commit; reports of a cleared epoch are dropped.
+    /// Files one report into its pending commits; reports of a cleared epoch are dropped.
     fn file(&mut self, r: Report) {
         if r.epoch != self.epoch {
             return;
         }
-        let Some(front) = self.pending.front() else {
+        let Some(front) = self.pending.front().map(|p| p.no) else {
             return;
         };
-        let Some(p) =
-            r.no.checked_sub(front.no)
+        for (no, views) in (r.first..).zip(r.views) {
+            let Some(p) = no
+                .checked_sub(front)
                 .and_then(|i| self.pending.get_mut(i as usize))
-        else {
+            else {
+                continue;
+            };
+            p.waiting = p.waiting.saturating_sub(1);
+            match views {
+                Ok(v) => p.views.extend(v),
+                Err(why) => {
+                    p.lost.get_or_insert(why);
+                }
+            }
+        }
+    }
+
+    /// Sends the unsent commits to every cell as one job.
+    fn flush(&mut self) {
+        if self.unsent.1.is_empty() {
             return;
-        };
-        p.waiting = p.waiting.saturating_sub(1);
-        match r.views {
-            Ok(v) => p.views.extend(v),
-            Err(why) => {
-                p.lost.get_or_insert(why);
+        }
+        let (first, commits) = std::mem::take(&mut self.unsent);
+        let end = first + commits.len() as u64;
+        for i in 0..self.cells.len() {
+            let mut job = Job {
+                epoch: self.epoch,
+                first,
+                commits: commits.clone(),
+            };
+            loop {
+                match self.cells[i].jobs.try_send(job) {
+                    Ok(()) => break,
+                    // The cell still works through commits of a cleared epoch: take reports
+                    // meanwhile so the cell never blocks on a full report queue while we
+                    // block on its full job queue.
+                    Err(TrySendError::Full(j)) => {
+                        job = j;
+                        self.pump(Duration::from_millis(1));
+                    }
+                    Err(TrySendError::Disconnected(_)) => {
+                        // The cell is gone; `collect` reports these commits lost.
+                        let why =
+                            format!("cell {}-{} stopped", self.cells[i].row, self.cells[i].part);
+                        for p in self.pending.iter_mut() {
+                            if (first..end).contains(&p.no) {
+                                p.waiting -= 1;
+                                p.lost.get_or_insert(why.clone());
+                            }
+                        }
+                        break;
+                    }
+                }
             }
         }
     }
@@ -315,37 +371,17 @@ impl Matching for Threads {
             views: Vec::new(),
             lost: None,
         });
-        for i in 0..self.cells.len() {
-            let mut job = Job {
-                epoch: self.epoch,
-                no,
-                commit: Arc::clone(&commit),
-            };
-            loop {
-                match self.cells[i].jobs.try_send(job) {
-                    Ok(()) => break,
-                    // The cell still works through commits of a cleared epoch (or the engine
-                    // dispatches past the depth): take reports meanwhile so the cell never
-                    // blocks on a full report queue while we block on its full job queue.
-                    Err(TrySendError::Full(j)) => {
-                        job = j;
-                        self.pump(Duration::from_millis(1));
-                    }
-                    Err(TrySendError::Disconnected(_)) => {
-                        // The cell is gone; `collect` reports the commit lost.
-                        let why =
-                            format!("cell {}-{} stopped", self.cells[i].row, self.cells[i].part);
-                        let p = self.pending.back_mut().expect("just pushed");
-                        p.waiting -= 1;
-                        p.lost.get_or_insert(why);
-                        break;
-                    }
-                }
-            }
+        if self.unsent.1.is_empty() {
+            self.unsent.0 = no;
+        }
+        self.unsent.1.push(commit);
+        if self.unsent.1.len() >= self.config.depth {
+            self.flush();
         }
     }
 
     fn collect(&mut self, timeout: Duration) -> Result<Option<Matches>, GridError> {
+        self.flush();
         let deadline = Instant::now() + timeout;
         loop {
             // Take whatever is already there without waiting.
@@ -378,6 +414,7 @@ impl Matching for Threads {
 
     fn clear(&mut self) {
         self.pending.clear();
+        self.unsent.1.clear();
         self.epoch += 1;
         // A cell thread that died is started again, so the grid is whole for what follows.
         for i in 0..self.cells.len() {
