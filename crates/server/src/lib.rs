@@ -31,9 +31,11 @@ pub const CACHE_MIB_MAX: u64 = 1 << 20;
 /// flag picks the threaded grid (the other defaults to 1); with neither, the default for this
 /// many cores. `None`: matching on the live engine's thread (`Inline`).
 ///
-/// The default is measured (docs/live-queries.md, "Matching grid"): up to 2 cores the engine's
-/// own thread matches (a cell thread competes with the engine and the writer for the same
-/// cores); beyond, one row per core left after the engine and the writer, one partition.
+/// The default is measured on 2 cores (docs/live-queries.md, "Matching grid";
+/// crates/bench/results/2026-11-27-grid): one row per core and one partition. With 2 rows,
+/// queries no index serves were matched on both cores (12,500 `$or` queries at 1,000 writes/s
+/// with p99 14 ms, where the engine's own thread saturated below 10,000), for 3-7% of a core
+/// more at light load. On one core a cell thread adds hand-offs and no core: inline.
 pub fn grid_config(
     rows: Option<u32>,
     parts: Option<u32>,
@@ -41,9 +43,9 @@ pub fn grid_config(
 ) -> Result<Option<herald_db::live::grid::ThreadsConfig>, String> {
     use herald_db::live::grid::{ThreadsConfig, GRID_DIM_MAX};
     let config = match (rows, parts) {
-        (None, None) if cores <= 2 => return Ok(None),
+        (None, None) if cores <= 1 => return Ok(None),
         (None, None) => ThreadsConfig {
-            rows: (cores - 2).min(GRID_DIM_MAX as usize) as u32,
+            rows: cores.min(GRID_DIM_MAX as usize) as u32,
             ..ThreadsConfig::default()
         },
         (r, p) => ThreadsConfig {
@@ -346,9 +348,12 @@ mod tests {
     #[test]
     fn grid_defaults_follow_the_cores_and_flags_win() {
         assert_eq!(grid_config(None, None, 1), Ok(None));
-        assert_eq!(grid_config(None, None, 2), Ok(None));
+        let g = grid_config(None, None, 2).unwrap().unwrap();
+        assert_eq!((g.rows, g.parts, g.depth), (2, 1, 32));
         let g = grid_config(None, None, 8).unwrap().unwrap();
-        assert_eq!((g.rows, g.parts), (6, 1));
+        assert_eq!((g.rows, g.parts), (8, 1));
+        let g = grid_config(None, None, 200).unwrap().unwrap();
+        assert_eq!(g.rows, 64);
         let g = grid_config(Some(1), None, 2).unwrap().unwrap();
         assert_eq!((g.rows, g.parts), (1, 1));
         let g = grid_config(None, Some(4), 1).unwrap().unwrap();

@@ -154,9 +154,9 @@ enum Command {
         webhook_timeout_ms: u64,
         /// Live-query matching grid: rows (query partitions, 1-64). Each query is matched by
         /// the cells of one row; rows share the queries out. Giving either grid flag starts the
-        /// threaded grid (the other defaults to 1); with neither, the default depends on the
-        /// cores (up to 2: matching on the live engine's thread). See docs/live-queries.md,
-        /// "Matching grid".
+        /// threaded grid (the other defaults to 1); with neither: one row per core, one
+        /// partition (one core: matching on the live engine's thread). See
+        /// docs/live-queries.md, "Matching grid".
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=GRID_DIM_MAX as i64))]
         grid_rows: Option<u32>,
         /// Live-query matching grid: write partitions (1-64). Each row has one cell thread per
