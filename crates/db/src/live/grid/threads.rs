@@ -133,6 +133,7 @@ pub struct Threads {
     cells: Vec<Cell>,
     /// The row each view is matched in.
     view_row: HashMap<ViewId, u32>,
+    /// Commits dispatched and not yet collected, oldest first (dispatch numbers consecutive).
     pending: VecDeque<Pending>,
     /// Commits dispatched but not yet sent to the cells (sent by `collect`, or when `depth`
     /// of them wait): the first's dispatch number and the commits.
@@ -140,7 +141,9 @@ pub struct Threads {
     reports: Receiver<Report>,
     /// Cloned into cells that are (re)started.
     report_tx: SyncSender<Report>,
+    /// Bumped by `clear`; jobs carry it and reports of an older one are dropped.
     epoch: u64,
+    /// The next commit's dispatch number.
     next_no: u64,
 }
 
@@ -149,9 +152,9 @@ impl Threads {
     pub fn start(config: ThreadsConfig) -> Threads {
         config.validate().expect("a valid grid config");
         let n = (config.rows * config.parts) as usize;
-        // Each cell has at most `depth` jobs queued plus one in hand, so reports never exceed
-        // this unless commits of a cleared epoch are still draining; `dispatch` then drains
-        // reports while it waits, so neither side blocks the other for good.
+        // Each cell has at most `depth` jobs (batches) queued plus one in hand, so reports
+        // never exceed this unless jobs of a cleared epoch are still draining; `flush` then
+        // takes reports while it waits, so neither side blocks the other for good.
         let (report_tx, reports) = sync_channel(n * (config.depth + 1));
         let rows = (0..config.rows)
             .map(|_| Row {
