@@ -39,6 +39,7 @@ enum WorkloadArg {
     Range,
     Regex,
     Suffix,
+    Scan,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -108,7 +109,8 @@ enum Command {
     /// `--search` the capacity of each workload (p99 <= 30 ms) and latency at 80% of it.
     Live {
         /// Workloads (comma-separated): `range` (InvaliDB's indexable range queries), `regex`
-        /// (anchored `$regex` prefixes), `suffix` (unanchored `$regex` suffixes, `":0000042$"`).
+        /// (anchored `$regex` prefixes), `suffix` (unanchored `$regex` suffixes, `":0000042$"`),
+        /// `scan` (`$or` filters no structure indexes: every write tested against every query).
         #[arg(long, value_enum, value_delimiter = ',', default_value = "range")]
         workload: Vec<WorkloadArg>,
         /// Explicit mode: active queries per run (comma-separated).
@@ -160,10 +162,31 @@ enum Command {
         /// Search mode: seconds of writing in the run at 80% of capacity.
         #[arg(long, default_value_t = 30)]
         final_secs: u64,
+        /// The server's live-query matching grid: rows (query partitions); passed to `herald
+        /// serve --grid-rows` (with --grid-partitions, default 1). Default: the server's.
+        #[arg(long)]
+        grid_rows: Option<u32>,
+        /// The server's matching grid: write partitions (`herald serve --grid-partitions`).
+        #[arg(long)]
+        grid_partitions: Option<u32>,
+        /// A run passes with p99 notification latency up to this many milliseconds.
+        #[arg(long, default_value_t = 30.0)]
+        p99_max_ms: f64,
+        /// Limit each matching cell thread to this many cores (e.g. 0.25): as root, each goes
+        /// into its own cgroup v1 cpu group (CFS quota over a 10 ms period), removed after the
+        /// run. Needs --grid-rows or --grid-partitions.
+        #[arg(long)]
+        cell_cpu: Option<f64>,
         /// JSON output (default: target/bench-results/live.json, or
         /// live-search-<durability>.json with --search); charts are written next to it.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// The matching grid's scaling chart and table from the JSON of `live --search` runs with
+    /// different --grid-rows/--grid-partitions in one directory.
+    LiveScaling {
+        /// The directory of the reports; the charts and `grid-scaling.md` are written there.
+        dir: PathBuf,
     },
     /// Tweet fan-out three ways: synchronous, external queue (Redis + worker), Herald triggers.
     Fanout {
@@ -506,6 +529,12 @@ fn main() {
         herald_bench::harness::server::set_herald_path(p);
     }
     match cli.command {
+        Command::LiveScaling { dir } => {
+            if let Err(e) = herald_bench::live::scaling::run(&dir) {
+                eprintln!("herald-bench: {e}");
+                std::process::exit(1);
+            }
+        }
         Command::Live {
             workload,
             queries,
@@ -521,6 +550,10 @@ fn main() {
             start_rate,
             bisect_steps,
             final_secs,
+            grid_rows,
+            grid_partitions,
+            cell_cpu,
+            p99_max_ms,
             out,
         } => {
             use herald_bench::live::{
@@ -533,6 +566,7 @@ fn main() {
                         WorkloadArg::Range => Workload::Range,
                         WorkloadArg::Regex => Workload::Regex,
                         WorkloadArg::Suffix => Workload::Suffix,
+                        WorkloadArg::Scan => Workload::Scan,
                     })
                     .collect(),
                 queries,
@@ -558,6 +592,10 @@ fn main() {
                     bisect_steps,
                     final_secs,
                 }),
+                grid: (grid_rows.is_some() || grid_partitions.is_some())
+                    .then(|| (grid_rows.unwrap_or(1), grid_partitions.unwrap_or(1))),
+                cell_cpu,
+                p99_max_ms,
                 out,
             };
             run_bench(herald_bench::live::run(opts));

@@ -27,6 +27,37 @@ use std::sync::Arc;
 pub const CACHE_MIB_MIN: u64 = 16;
 pub const CACHE_MIB_MAX: u64 = 1 << 20;
 
+/// The live-query matching grid for `herald serve --grid-rows Q --grid-partitions W`: either
+/// flag picks the threaded grid (the other defaults to 1); with neither, the default for this
+/// many cores. `None`: matching on the live engine's thread (`Inline`).
+///
+/// The default is measured on 2 cores (docs/live-queries.md, "Matching grid";
+/// crates/bench/results/2026-11-27-grid): one row per core and one partition. With 2 rows,
+/// queries no index serves were matched on both cores (12,500 `$or` queries at 1,000 writes/s
+/// with p99 14 ms, where the engine's own thread saturated below 10,000), for 3-7% of a core
+/// more at light load. On one core a cell thread adds hand-offs and no core: inline.
+pub fn grid_config(
+    rows: Option<u32>,
+    parts: Option<u32>,
+    cores: usize,
+) -> Result<Option<herald_db::live::grid::ThreadsConfig>, String> {
+    use herald_db::live::grid::{ThreadsConfig, GRID_DIM_MAX};
+    let config = match (rows, parts) {
+        (None, None) if cores <= 1 => return Ok(None),
+        (None, None) => ThreadsConfig {
+            rows: cores.min(GRID_DIM_MAX as usize) as u32,
+            ..ThreadsConfig::default()
+        },
+        (r, p) => ThreadsConfig {
+            rows: r.unwrap_or(1),
+            parts: p.unwrap_or(1),
+            ..ThreadsConfig::default()
+        },
+    };
+    config.validate()?;
+    Ok(Some(config))
+}
+
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub data: PathBuf,
@@ -35,6 +66,9 @@ pub struct ServeConfig {
     pub triggers: triggers::TriggerOptions,
     /// Keys, tokens, rules; all `None`: no authentication (loopback only).
     pub auth: auth::AuthOptions,
+    /// How live queries are matched: `None` on the live engine's thread (`Inline`), else by
+    /// the in-process grid of this shape (docs/live-queries.md, "Matching grid").
+    pub grid: Option<herald_db::live::grid::ThreadsConfig>,
     /// Join this cluster instead of running alone (docs/cluster.md).
     #[cfg(feature = "cluster")]
     pub cluster: Option<herald_cluster::ClusterOptions>,
@@ -66,6 +100,9 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_bound: impl FnOnce(SocketAddr),
 ) -> Result<(), String> {
+    if let Some(g) = &config.grid {
+        g.validate()?;
+    }
     let (db, node, grid) = open(&config).await?;
     let (db2, auth_opts) = (db.clone(), config.auth.clone());
     let auth = tokio::task::spawn_blocking(move || auth::Auth::load(&db2, auth_opts))
@@ -84,6 +121,8 @@ pub async fn serve_with(
         #[cfg(not(feature = "cluster"))]
         None => None,
     };
+    // A cluster node with a grid matches through the Kafka grid (it is that grid's front end);
+    // otherwise matching runs in this process (threads of the configured shape, or inline).
     #[cfg(feature = "cluster")]
     let mut state = match &grid {
         Some(g) => {
@@ -92,10 +131,10 @@ pub async fn serve_with(
                 .map_err(|e| format!("cannot join the matching grid: {e}"))?;
             AppState::with_matching(db.clone(), auth, Box::new(front))
         }
-        None => AppState::new(db.clone(), auth),
+        None => AppState::with_grid(db.clone(), auth, config.grid.clone()),
     };
     #[cfg(not(feature = "cluster"))]
-    let mut state = AppState::new(db.clone(), auth);
+    let mut state = AppState::with_grid(db.clone(), auth, config.grid.clone());
     #[cfg(not(feature = "cluster"))]
     let () = grid;
     if let Some(v) = &view {
@@ -333,5 +372,29 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {},
         _ = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grid_config;
+
+    #[test]
+    fn grid_defaults_follow_the_cores_and_flags_win() {
+        assert_eq!(grid_config(None, None, 1), Ok(None));
+        let g = grid_config(None, None, 2).unwrap().unwrap();
+        assert_eq!((g.rows, g.parts, g.depth), (2, 1, 32));
+        let g = grid_config(None, None, 8).unwrap().unwrap();
+        assert_eq!((g.rows, g.parts), (8, 1));
+        let g = grid_config(None, None, 200).unwrap().unwrap();
+        assert_eq!(g.rows, 64);
+        let g = grid_config(Some(1), None, 2).unwrap().unwrap();
+        assert_eq!((g.rows, g.parts), (1, 1));
+        let g = grid_config(None, Some(4), 1).unwrap().unwrap();
+        assert_eq!((g.rows, g.parts), (1, 4));
+        assert!(grid_config(Some(0), None, 2).unwrap_err().contains("rows"));
+        assert!(grid_config(None, Some(65), 2)
+            .unwrap_err()
+            .contains("partitions"));
     }
 }

@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use herald::{serve, shutdown_signal, ServeConfig, CACHE_MIB_MAX, CACHE_MIB_MIN};
+use herald_db::live::grid::GRID_DIM_MAX;
 use herald_db::{DbOptions, Durability};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -151,13 +152,18 @@ enum Command {
         /// Time a webhook has to answer, in milliseconds.
         #[arg(long, default_value_t = herald::triggers::WEBHOOK_TIMEOUT_MS_DEFAULT)]
         webhook_timeout_ms: u64,
-        /// Live-query matching grid: rows (query partitions). With `--cluster`, the grid across
-        /// the cluster's nodes (docs/cluster.md, "Matching grid"): every node must give the
-        /// same shape. Either grid flag alone takes 1 for the other.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=GRID_SIDE_MAX))]
+        /// Live-query matching grid: rows (query partitions, 1-64). Each query is matched by
+        /// the cells of one row; rows share the queries out. Giving either grid flag starts the
+        /// threaded grid (the other defaults to 1); with neither: one row per core, one
+        /// partition (one core: matching on the live engine's thread). See
+        /// docs/live-queries.md, "Matching grid". With `--cluster`, the flags start the grid
+        /// across the cluster's nodes instead (docs/cluster.md, "Matching grid"): every node
+        /// must give the same shape.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=GRID_DIM_MAX as i64))]
         grid_rows: Option<u32>,
-        /// Live-query matching grid: write partitions (see `--grid-rows`).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=GRID_SIDE_MAX))]
+        /// Live-query matching grid: write partitions (1-64). Each row has one cell thread per
+        /// partition, each matching the changes of its share of the documents.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=GRID_DIM_MAX as i64))]
         grid_partitions: Option<u32>,
         #[command(flatten)]
         cluster: Box<ClusterArgs>,
@@ -191,9 +197,6 @@ struct ClusterArgs {
     #[arg(long, default_value_t = 5000, requires = "cluster")]
     write_timeout_ms: u64,
 }
-
-/// The largest number of rows or of write partitions a grid may have.
-const GRID_SIDE_MAX: i64 = 256;
 
 #[cfg(feature = "cluster")]
 fn cluster_options(
@@ -380,10 +383,26 @@ fn main() {
             grid_partitions,
             cluster,
         } => {
-            let grid = (grid_rows.is_some() || grid_partitions.is_some())
+            // With `--cluster` the grid flags shape the grid across nodes; the node's own
+            // matching (for its subscriptions when there is no such grid) takes the default.
+            let in_cluster = cluster.cluster.is_some();
+            let across = (in_cluster && (grid_rows.is_some() || grid_partitions.is_some()))
                 .then(|| (grid_rows.unwrap_or(1), grid_partitions.unwrap_or(1)));
+            let (local_rows, local_parts) = if in_cluster {
+                (None, None)
+            } else {
+                (grid_rows, grid_partitions)
+            };
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let grid = match herald::grid_config(local_rows, local_parts, cores) {
+                Ok(g) => g,
+                Err(e) => {
+                    eprintln!("herald: {e}");
+                    std::process::exit(2);
+                }
+            };
             #[allow(clippy::let_unit_value)] // `()` in a build without the cluster feature
-            let cluster = match cluster_options(*cluster, listen, rules.is_some(), grid) {
+            let cluster = match cluster_options(*cluster, listen, rules.is_some(), across) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("herald: {e}");
@@ -436,6 +455,7 @@ fn main() {
                     ..Default::default()
                 },
                 auth,
+                grid,
                 cluster,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -3,7 +3,7 @@
 use crate::auth::Auth;
 use crate::cluster::ClusterView;
 use crate::notify_latency::NotifyLatency;
-use herald_db::live::grid::Matching;
+use herald_db::live::grid::{Matching, Threads, ThreadsConfig};
 use herald_db::live::LiveEngine;
 use herald_db::Db;
 use std::sync::atomic::AtomicU64;
@@ -28,7 +28,16 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(db: Db, auth: Auth) -> AppState {
-        let live = LiveEngine::start(db.clone());
+        AppState::with_grid(db, auth, None)
+    }
+
+    /// [`AppState::new`] with live queries matched by a threaded grid of this shape (`None`:
+    /// on the engine's thread).
+    pub fn with_grid(db: Db, auth: Auth, grid: Option<ThreadsConfig>) -> AppState {
+        let live = match grid {
+            Some(g) => LiveEngine::start_with(db.clone(), Box::new(Threads::start(g))),
+            None => LiveEngine::start(db.clone()),
+        };
         AppState::with_live(db, auth, live)
     }
 

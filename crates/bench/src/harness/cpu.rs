@@ -73,7 +73,7 @@ fn machine_busy() -> u64 {
 /// CPU time counters (clock ticks) at one instant.
 pub struct CpuSample {
     pub at: Instant,
-    /// Server threads by role: `engine`, `writer`, `runtime`, `other`; and `total`.
+    /// Server threads by role: `engine`, `cells`, `writer`, `runtime`, `other`; and `total`.
     server: HashMap<&'static str, u64>,
     client: u64,
     machine_busy: u64,
@@ -84,6 +84,8 @@ pub struct CpuSample {
 pub struct CpuUse {
     /// The live-query engine thread (`herald-live`).
     pub engine: f64,
+    /// The live-query matching grid's cell threads (`herald-cell-*`), together.
+    pub cells: f64,
     /// The storage writer thread (`herald-storage-writer`).
     pub writer: f64,
     /// The server's tokio workers (HTTP, WebSocket).
@@ -100,6 +102,7 @@ pub struct CpuUse {
 fn role(comm: &str) -> &'static str {
     match comm {
         "herald-live" => "engine",
+        c if c.starts_with("herald-cell-") => "cells",
         c if c.starts_with("herald-storage") => "writer",
         c if c.starts_with("tokio-r") => "runtime",
         _ => "other",
@@ -146,6 +149,7 @@ pub fn cpu_between(a: &CpuSample, b: &CpuSample) -> CpuUse {
     let machine = b.machine_busy.saturating_sub(a.machine_busy);
     CpuUse {
         engine: pct(d("engine")),
+        cells: pct(d("cells")),
         writer: pct(d("writer")),
         runtime: pct(d("runtime")),
         server: pct(server),
@@ -177,6 +181,7 @@ mod tests {
     fn server_threads_are_sorted_by_role() {
         assert_eq!(role("herald-live"), "engine");
         assert_eq!(role("herald-storage-writer"), "writer");
+        assert_eq!(role("herald-cell-1-0"), "cells");
         assert_eq!(role("tokio-runtime-w"), "runtime");
         assert_eq!(role("herald"), "other");
         let s = sample(Some(std::process::id()));

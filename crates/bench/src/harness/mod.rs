@@ -1,8 +1,9 @@
 //! The harness every workload shares: start a `herald serve` child ([`server`]), sample CPU
-//! per process and per server thread ([`cpu`]), wait for a quiet machine ([`quiet`]), record
+//! per process and per server thread ([`cpu`]), limit the CPU of its matching cells ([`cgroup`]), wait for a quiet machine ([`quiet`]), record
 //! latency histograms per interval ([`record`]), draw SVG charts ([`chart`]), search a capacity
 //! ([`search`]), and a lean HTTP/1.1 load client ([`loadgen`]).
 
+pub mod cgroup;
 pub mod chart;
 pub mod cpu;
 pub mod loadgen;

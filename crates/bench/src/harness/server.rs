@@ -178,6 +178,9 @@ pub struct ServerOptions {
     pub cache_mib: Option<u64>,
     /// `--trigger-workers`; `None`: the server's default.
     pub trigger_workers: Option<usize>,
+    /// `--grid-rows` and `--grid-partitions` (the live-query matching grid); `None`: the
+    /// server's default.
+    pub grid: Option<(u32, u32)>,
 }
 
 impl ServerOptions {
@@ -186,6 +189,7 @@ impl ServerOptions {
             durability,
             cache_mib: None,
             trigger_workers: None,
+            grid: None,
         }
     }
 }
@@ -214,6 +218,14 @@ impl Server {
         }
         if let Some(n) = opts.trigger_workers {
             args.extend(["--trigger-workers".into(), n.to_string().into()]);
+        }
+        if let Some((rows, parts)) = opts.grid {
+            args.extend([
+                "--grid-rows".into(),
+                rows.to_string().into(),
+                "--grid-partitions".into(),
+                parts.to_string().into(),
+            ]);
         }
         let (proc, addr) = spawn_serve(&args, "herald serve", |_| {}).await?;
         Ok(Server {

@@ -20,6 +20,7 @@
 
 mod probe;
 pub(crate) mod report;
+pub mod scaling;
 pub(crate) mod search;
 
 use rand::Rng;
@@ -44,6 +45,10 @@ pub enum Workload {
     /// `{"rs": {"$regex": ":0000042$"}}`: an unanchored suffix pattern (the example of a
     /// query no value index serves).
     Suffix,
+    /// `{"$or": [{"rk": 42}, {"rk": -1}]}`: no structure indexes it, so every write is tested
+    /// against every query's filter (the scan list); each write's `rk` is one query's number.
+    /// The workload of the matching grid's scaling experiment.
+    Scan,
 }
 
 impl Workload {
@@ -52,6 +57,7 @@ impl Workload {
             Workload::Range => "range",
             Workload::Regex => "regex",
             Workload::Suffix => "suffix",
+            Workload::Scan => "scan",
         }
     }
 
@@ -64,22 +70,28 @@ impl Workload {
             }
             Workload::Regex => json!({"key": {"$regex": format!("^k{q:07}x")}}),
             Workload::Suffix => json!({"rs": {"$regex": format!(":{q:07}$")}}),
+            Workload::Scan => json!({"$or": [{"rk": q}, {"rk": -1}]}),
         }
     }
 }
 
 /// A written document: five 10-letter strings and five integers (`random` decides the range
-/// query it matches), plus `key`, whose prefix decides the regex query it matches, and `rs`, a
-/// word, `:` and a 7-digit number that decides the suffix query it matches.
-pub fn document(rng: &mut impl Rng, queries: u64) -> Value {
-    json!({
+/// query it matches), plus `key`, whose prefix decides the regex query it matches, `rs`, a
+/// word, `:` and a 7-digit number that decides the suffix query it matches, and for the scan
+/// workload `rk`, the number of the query it matches.
+pub fn document(rng: &mut impl Rng, queries: u64, workload: Workload) -> Value {
+    let mut doc = json!({
         "s1": word(rng), "s2": word(rng), "s3": word(rng), "s4": word(rng), "s5": word(rng),
         "i1": rng.gen_range(0..1000), "i2": rng.gen_range(0..1000), "i3": rng.gen_range(0..1000),
         "i4": rng.gen_range(0..1000),
         "random": rng.gen_range(0..queries * WIDTH),
         "key": format!("k{:07}x{}", rng.gen_range(0..queries), word(rng)),
         "rs": format!("{}:{:07}", word(rng), rng.gen_range(0..queries)),
-    })
+    });
+    if workload == Workload::Scan {
+        doc["rk"] = json!(rng.gen_range(0..queries));
+    }
+    doc
 }
 
 fn word(rng: &mut impl Rng) -> String {
@@ -122,6 +134,12 @@ pub struct LiveBenchOptions {
     pub writer: WritePath,
     /// Capacity search instead of explicit runs.
     pub search: Option<SearchOptions>,
+    /// The server's matching grid (`--grid-rows`, `--grid-partitions`); `None`: its default.
+    pub grid: Option<(u32, u32)>,
+    /// Each matching cell thread limited to this many cores (cgroup v1, root only).
+    pub cell_cpu: Option<f64>,
+    /// A run passes with p99 latency up to this (`probe::P99_MAX_MS`, 30 ms, by default).
+    pub p99_max_ms: f64,
     /// JSON output; `None`: `target/bench-results/live.json` (explicit) or
     /// `live-search-<durability>.json` (search). Charts are written next to it.
     pub out: Option<PathBuf>,
@@ -136,6 +154,16 @@ pub async fn run(opts: LiveBenchOptions) -> Result<(), String> {
         };
         Path::new("target/bench-results").join(name)
     });
+    if opts.cell_cpu.is_some() {
+        if let Some(why) = crate::harness::cgroup::unsupported() {
+            return Err(why);
+        }
+        if opts.grid.is_none() {
+            return Err(
+                "--cell-cpu needs --grid-rows/--grid-partitions (the threaded grid)".into(),
+            );
+        }
+    }
     if let Some(d) = out.parent() {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
@@ -149,12 +177,22 @@ pub async fn run(opts: LiveBenchOptions) -> Result<(), String> {
     Ok(())
 }
 
+/// `2x1 (0.25 core per cell)`, or `default`.
+pub fn grid_name(grid: Option<(u32, u32)>, cell_cpu: Option<f64>) -> String {
+    match (grid, cell_cpu) {
+        (None, _) => "server default".into(),
+        (Some((q, w)), None) => format!("{q}x{w}"),
+        (Some((q, w)), Some(c)) => format!("{q}x{w} ({c} core per cell)"),
+    }
+}
+
 /// One run per (workload, queries, writes/s), printed as it completes.
 async fn explicit(opts: &LiveBenchOptions) -> Result<Value, String> {
     println!(
-        "server durability: {}; writes: {}",
+        "server durability: {}; writes: {}; grid: {}",
         durability_name(opts.durability),
-        opts.writer.name()
+        opts.writer.name(),
+        grid_name(opts.grid, opts.cell_cpu)
     );
     probe::print_header();
     let mut runs = Vec::new();
@@ -169,6 +207,9 @@ async fn explicit(opts: &LiveBenchOptions) -> Result<Value, String> {
                     secs: opts.secs,
                     durability: opts.durability,
                     writer: opts.writer,
+                    grid: opts.grid,
+                    cell_cpu: opts.cell_cpu,
+                    p99_max_ms: opts.p99_max_ms,
                 })
                 .await?;
                 p.print_row(workload.name());
@@ -178,6 +219,8 @@ async fn explicit(opts: &LiveBenchOptions) -> Result<Value, String> {
     }
     Ok(json!({
         "benchmark": "live", "mode": "explicit",
-        "durability": durability_name(opts.durability), "writer": opts.writer.name(), "runs": runs,
+        "durability": durability_name(opts.durability), "writer": opts.writer.name(),
+        "grid": opts.grid.map(|(q, w)| json!({"rows": q, "partitions": w})),
+        "cell_cpu": opts.cell_cpu, "runs": runs,
     }))
 }

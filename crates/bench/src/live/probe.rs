@@ -6,6 +6,7 @@
 //! and notified.
 
 use super::{document, durability_name, Durability, Workload, WritePath};
+use crate::harness::cgroup::CellLimits;
 use crate::harness::cpu::{self, CpuUse};
 use crate::harness::server::{Server, ServerOptions};
 use crate::ingest::client::BulkStream;
@@ -24,7 +25,7 @@ const SUBS_PER_CONNECTION: u64 = 200;
 /// Writes sent and not yet acknowledged, at most; beyond it the schedule slips (and the
 /// achieved rate shows it).
 const IN_FLIGHT_MAX: usize = 512;
-/// The latency bound of a passing run.
+/// The latency bound of a passing run (by default).
 pub const P99_MAX_MS: f64 = 30.0;
 /// A passing run achieves at least this share of its target write rate.
 pub const RATE_SHARE_MIN: f64 = 0.95;
@@ -40,6 +41,12 @@ pub struct ProbeConfig {
     pub secs: u64,
     pub durability: Durability,
     pub writer: WritePath,
+    /// The server's matching grid (rows, partitions); `None`: its default.
+    pub grid: Option<(u32, u32)>,
+    /// Each cell thread limited to this many cores (`harness::cgroup`).
+    pub cell_cpu: Option<f64>,
+    /// The latency bound of a passing run (`P99_MAX_MS` unless told).
+    pub p99_max_ms: f64,
 }
 
 pub struct Probe {
@@ -92,7 +99,7 @@ impl Probe {
         if self.delivered < self.expected {
             why.push(format!("lost {}", self.expected - self.delivered));
         }
-        if self.hist.is_empty() || self.latency().p99 > P99_MAX_MS {
+        if self.hist.is_empty() || self.latency().p99 > self.config.p99_max_ms {
             why.push("p99".into());
         }
         (!why.is_empty()).then(|| why.join(", "))
@@ -122,6 +129,8 @@ impl Probe {
             "target_writes_per_sec": self.config.rate, "seconds": self.config.secs,
             "durability": durability_name(self.config.durability),
             "writer": self.config.writer.name(),
+            "grid": self.config.grid.map(|(q, w)| json!({"rows": q, "partitions": w})),
+            "cell_cpu": self.config.cell_cpu, "p99_max_ms": self.config.p99_max_ms,
             "achieved_writes_per_sec": self.achieved, "write_errors": self.write_errors,
             "expected": self.expected, "delivered": self.delivered,
             "subscribe_seconds": self.subscribe_secs,
@@ -129,7 +138,8 @@ impl Probe {
             "latency_ms": {"mean": l.mean, "stddev": l.stddev, "p50": l.p50, "p90": q(0.9),
                            "p99": l.p99, "p99_9": q(0.999), "max": l.max},
             "histogram_ms": buckets,
-            "cpu_percent_of_one_core": {"engine": c.engine, "storage_writer": c.writer,
+            "cpu_percent_of_one_core": {"engine": c.engine, "cells": c.cells,
+                "storage_writer": c.writer,
                 "server_runtime": c.runtime, "server": c.server, "client": c.client,
                 "other_processes": c.others},
         })
@@ -138,7 +148,7 @@ impl Probe {
     pub fn print_row(&self, label: &str) {
         let (l, c) = (self.latency(), &self.cpu);
         println!(
-            "{:<22} {:>8} {:>8} {:>8.0} {:>17} {:>7.2} {:>7.2} {:>8.2} {:>7.2} {:>7.2} {:>6.1}s {:>4.0} {:>4.0} {:>4.0} {:>4.0} {:>4.0}  {}",
+            "{:<22} {:>8} {:>8} {:>8.0} {:>17} {:>7.2} {:>7.2} {:>8.2} {:>7.2} {:>7.2} {:>6.1}s {:>4.0} {:>4.0} {:>4.0} {:>4.0} {:>4.0} {:>4.0}  {}",
             label,
             self.config.queries,
             self.config.rate,
@@ -151,6 +161,7 @@ impl Probe {
             l.stddev,
             self.subscribe_secs,
             c.engine,
+            c.cells,
             c.writer,
             c.server,
             c.client,
@@ -165,9 +176,9 @@ impl Probe {
 
 pub fn print_header() {
     println!(
-        "{:<22} {:>8} {:>8} {:>8} {:>17} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4} {:>4} {:>4}  verdict",
+        "{:<22} {:>8} {:>8} {:>8} {:>17} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4} {:>4} {:>4} {:>4}  verdict",
         "series", "queries", "writes/s", "achieved", "delivered/expect", "p50 ms", "p99 ms",
-        "max ms", "mean", "stddev", "subscr", "eng%", "wrt%", "srv%", "cli%", "oth%"
+        "max ms", "mean", "stddev", "subscr", "eng%", "cel%", "wrt%", "srv%", "cli%", "oth%"
     );
 }
 
@@ -291,10 +302,10 @@ async fn write(
                 acked.clone(),
                 errors.clone(),
             );
-            let queries = cfg.queries;
+            let (queries, workload) = (cfg.queries, cfg.workload);
             tokio::spawn(async move {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(k);
-                let doc = document(&mut rng, queries);
+                let doc = document(&mut rng, queries, workload);
                 let url = format!("http://{addr}/v1/docs/bench/w{k}");
                 sent_at.lock().expect("lock").insert(k, Instant::now());
                 let ok = matches!(client.put(url).json(&doc).send().await,
@@ -342,7 +353,7 @@ async fn write_stream(
         let due = ((start.elapsed().as_secs_f64() * cfg.rate as f64) as u64 + 1).min(total);
         while k < due {
             let mut rng = rand::rngs::StdRng::seed_from_u64(k);
-            let doc = document(&mut rng, cfg.queries);
+            let doc = document(&mut rng, cfg.queries, cfg.workload);
             let mut line = serde_json::to_vec(
                 &json!({"op": "put", "collection": "bench", "id": format!("w{k}"), "doc": doc}),
             )
@@ -365,15 +376,29 @@ async fn write_stream(
 }
 
 pub async fn run(cfg: ProbeConfig) -> Result<Probe, String> {
-    let server = Server::start(ServerOptions::new(cfg.durability)).await?;
+    let server = Server::start(ServerOptions {
+        grid: cfg.grid,
+        ..ServerOptions::new(cfg.durability)
+    })
+    .await?;
     eprintln!(
         "[{} queries, {} writes/s: herald serve pid {}]",
         cfg.queries,
         cfg.rate,
         server.pid()
     );
+    // The cell threads exist from the start; limited before anything is measured.
+    let limits = match cfg.cell_cpu {
+        Some(cores) => {
+            let (q, w) = cfg.grid.unwrap_or((1, 1));
+            Some(CellLimits::apply(server.pid(), (q * w) as usize, cores)?)
+        }
+        None => None,
+    };
     let result = measure(&cfg, &server).await;
     server.kill();
+    // The groups can go once the threads are gone.
+    drop(limits);
     result
 }
 

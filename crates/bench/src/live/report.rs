@@ -32,7 +32,7 @@ pub fn target(workload: Workload, series: Series) -> Option<u64> {
         (Workload::Range, Series::Queries) => Some(100_000),
         (Workload::Range, Series::Writes) => Some(10_000),
         (Workload::Regex, Series::Queries) => Some(10_000),
-        (Workload::Regex, Series::Writes) => None,
+        (Workload::Regex, Series::Writes) | (Workload::Scan, _) => None,
         (Workload::Suffix, Series::Queries) => Some(10_000),
         (Workload::Suffix, Series::Writes) => None,
     }
@@ -96,6 +96,10 @@ impl Outcome {
 
     /// The series' chart: p50, p99 and max latency of every run against the varied value.
     pub fn chart(&self) -> Chart {
+        let bound = self
+            .probes
+            .first()
+            .map_or(P99_MAX_MS, |p| p.config.p99_max_ms);
         // The search's probes are joined by lines; the longer run at 80% stands apart.
         let line = |name: &str, color, runs: &[&Probe], f: fn(&Probe) -> f64| Line {
             name: name.into(),
@@ -136,7 +140,7 @@ impl Outcome {
                 line("p50", "#2c7fb8", &probes, |p| p.latency().p50),
                 line("p99 of the run at 80%", "#7b1fa2", &at80, |p| p.latency().p99),
             ],
-            threshold: Some((P99_MAX_MS, format!("p99 bound {P99_MAX_MS} ms"))),
+            threshold: Some((bound, format!("p99 bound {bound} ms"))),
             marker: self.capacity.map(|c| {
                 let at = if self.at_least { ">= " } else { "" };
                 (c as f64, format!("capacity {at}{} {unit}", thousands(c)))

@@ -47,6 +47,9 @@ impl Series {
             secs,
             durability: opts.durability,
             writer: opts.writer,
+            grid: opts.grid,
+            cell_cpu: opts.cell_cpu,
+            p99_max_ms: opts.p99_max_ms,
         }
     }
 
@@ -85,7 +88,10 @@ struct Searcher<'a> {
 
 impl Searcher<'_> {
     fn label(&self) -> String {
-        format!("{}/{}", self.workload.name(), self.series.name())
+        match self.opts.grid {
+            Some((q, w)) => format!("{}/{} {q}x{w}", self.workload.name(), self.series.name()),
+            None => format!("{}/{}", self.workload.name(), self.series.name()),
+        }
     }
 
     /// Runs value `x` on a quiet machine, prints its row; true when it passes.
@@ -127,7 +133,7 @@ async fn run_series(
         Series::Queries => (
             s.start_queries.unwrap_or(match workload {
                 Workload::Range => 25_000,
-                Workload::Regex | Workload::Suffix => 1_000,
+                Workload::Regex | Workload::Suffix | Workload::Scan => 1_000,
             }),
             s.max_queries,
         ),
@@ -167,11 +173,12 @@ pub async fn run(opts: &LiveBenchOptions, s: &SearchOptions, out: &Path) -> Resu
     let dur = durability_name(opts.durability);
     println!(
         "capacity search: p99 <= {} ms, achieved rate >= {:.0}% of target, nothing lost; \
-         {} s per probe, {} s at 80%; server durability: {dur}",
-        probe::P99_MAX_MS,
+         {} s per probe, {} s at 80%; server durability: {dur}; grid: {}",
+        opts.p99_max_ms,
         probe::RATE_SHARE_MIN * 100.0,
         opts.secs,
-        s.final_secs
+        s.final_secs,
+        super::grid_name(opts.grid, opts.cell_cpu)
     );
     probe::print_header();
     let dir = out.parent().unwrap_or(Path::new("."));
@@ -181,8 +188,12 @@ pub async fn run(opts: &LiveBenchOptions, s: &SearchOptions, out: &Path) -> Resu
         for &series in &s.series {
             let o = run_series(opts, s, workload, series).await?;
             report::print_capacity(&o);
+            let grid = match opts.grid {
+                Some((q, w)) => format!("-{q}x{w}"),
+                None => String::new(),
+            };
             let chart = dir.join(format!(
-                "live-{}-{}-{dur}.svg",
+                "live-{}-{}-{dur}{grid}.svg",
                 workload.name(),
                 series.name()
             ));
@@ -196,7 +207,10 @@ pub async fn run(opts: &LiveBenchOptions, s: &SearchOptions, out: &Path) -> Resu
     report::print_summary(&outcomes);
     Ok(json!({
         "benchmark": "live", "mode": "search", "durability": dur,
-        "criteria": {"p99_ms_max": probe::P99_MAX_MS, "rate_share_min": probe::RATE_SHARE_MIN,
+        "writer": opts.writer.name(),
+        "grid": opts.grid.map(|(q, w)| json!({"rows": q, "partitions": w})),
+        "cell_cpu": opts.cell_cpu,
+        "criteria": {"p99_ms_max": opts.p99_max_ms, "rate_share_min": probe::RATE_SHARE_MIN,
                      "all_delivered": true},
         "options": {"secs": opts.secs, "final_secs": s.final_secs, "max_queries": s.max_queries,
                     "max_rate": s.max_rate, "bisect_steps": s.bisect_steps,

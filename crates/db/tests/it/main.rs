@@ -8,5 +8,6 @@
 
 mod db;
 mod live_engine;
+mod live_grid;
 mod live_model;
 mod triggers;

@@ -1,6 +1,7 @@
 //! `GET /metrics`: Prometheus text exposition of the commit sequence, the storage writer,
 //! every trigger's queue (pending, oldest pending age, dead letters, executed, failed) and the
-//! live notification latency histogram (`crate::notify_latency`), and on a node of a cluster
+//! live notification latency histogram (`crate::notify_latency`), the live-query matching
+//! grid's cells (seq matched, views held), and on a node of a cluster
 //! its role, epoch, applied seq and every node's lag.
 
 use crate::state::AppState;
@@ -31,6 +32,7 @@ pub async fn metrics(
         .await
         .unwrap_or_default();
     st.notify_latency.render(&mut body);
+    render_cells(&mut body, &st.live.cells());
     if let Some(c) = &st.cluster {
         let status = crate::api::cluster::with_waiting(&st, c.status());
         render_cluster(&mut body, c.as_ref(), &status, st.db.seq());
@@ -39,6 +41,36 @@ pub async fn metrics(
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         body,
     )
+}
+
+/// The live-query matching grid, per cell (row = query partition, part = write partition).
+fn render_cells(out: &mut String, cells: &[herald_db::live::grid::CellStatus]) {
+    family(
+        out,
+        "herald_live_cell_seq",
+        "gauge",
+        "The newest commit seq each live-query matching cell has matched.",
+    );
+    for c in cells {
+        let _ = writeln!(
+            out,
+            "herald_live_cell_seq{{row=\"{}\",part=\"{}\"}} {}",
+            c.row, c.part, c.seq
+        );
+    }
+    family(
+        out,
+        "herald_live_cell_views",
+        "gauge",
+        "Live queries (shared views) each matching cell matches.",
+    );
+    for c in cells {
+        let _ = writeln!(
+            out,
+            "herald_live_cell_views{{row=\"{}\",part=\"{}\"}} {}",
+            c.row, c.part, c.views
+        );
+    }
 }
 
 fn render(db: &herald_db::Db) -> String {

@@ -21,9 +21,11 @@
 
 mod cell;
 mod inline;
+mod threads;
 
 pub use cell::CellMatcher;
 pub use inline::Inline;
+pub use threads::{Threads, ThreadsConfig, GRID_DEPTH_DEFAULT, GRID_DEPTH_MAX, GRID_DIM_MAX};
 
 use crate::live::feed::Commit;
 use crate::live::matcher::ViewId;

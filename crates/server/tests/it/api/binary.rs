@@ -151,3 +151,63 @@ async fn in_process_restart_keeps_acknowledged_writes() {
     assert_eq!(g.body, json!({"_id": "a", "n": 2}));
     s.stop().await;
 }
+
+#[test]
+fn cli_refuses_a_grid_out_of_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for (flag, v) in [
+        ("--grid-rows", "0"),
+        ("--grid-partitions", "65"),
+        ("--grid-rows", "x"),
+    ] {
+        let mut h = Herald::spawn(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            flag,
+            v,
+            "--data",
+            data.to_str().unwrap(),
+        ]);
+        assert_eq!(h.wait_exit(Duration::from_secs(30)), Some(2), "{flag} {v}");
+        let err = h.drain().join("\n");
+        assert!(err.contains(flag), "{err}");
+    }
+    assert!(!data.exists(), "nothing was created");
+}
+
+#[tokio::test]
+async fn the_grid_flags_shape_the_matching_cells_in_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut h = Herald::spawn(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--durability",
+        "nosync",
+        "--grid-rows",
+        "2",
+        "--grid-partitions",
+        "3",
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    let addr = h.wait_listening();
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let cells: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("herald_live_cell_views{"))
+        .collect();
+    assert_eq!(cells.len(), 6, "{text}");
+    assert!(
+        cells.contains(&"herald_live_cell_views{row=\"1\",part=\"2\"} 0"),
+        "{cells:?}"
+    );
+}

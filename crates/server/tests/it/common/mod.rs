@@ -210,6 +210,7 @@ impl Server {
             db,
             triggers,
             auth,
+            grid: None,
             cluster: Default::default(),
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
