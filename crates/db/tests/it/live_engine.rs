@@ -113,7 +113,8 @@ fn subscribe(engine: &LiveEngine, qi: usize, sink: Arc<TestSink>, resume_from: O
         .unwrap();
 }
 
-fn open_db() -> (tempfile::TempDir, Db) {
+/// A fresh database without fsync (the live tests share it).
+pub(crate) fn open_db() -> (tempfile::TempDir, Db) {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(
         dir.path(),

@@ -7,9 +7,10 @@
 //! list must equal the pull result at the batch's seq. `HERALD_LIVE_GRID_SEEDS` sets the number
 //! of scenarios (seeds 0..n).
 
+use crate::live_engine::open_db;
 use herald_db::live::grid::{Threads, ThreadsConfig};
 use herald_db::live::{LiveEngine, Message, Sink, SubscribeRequest};
-use herald_db::{Db, DbOptions, Durability, Write};
+use herald_db::Write;
 use herald_query::Query;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -99,19 +100,6 @@ fn random_writes(rng: &mut StdRng) -> Vec<Write> {
             }
         })
         .collect()
-}
-
-fn open_db() -> (tempfile::TempDir, Db) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(
-        dir.path(),
-        DbOptions {
-            durability: Durability::NoSync,
-            ..DbOptions::default()
-        },
-    )
-    .unwrap();
-    (dir, db)
 }
 
 /// Applies one message to a client, checking it against the pull results by seq.

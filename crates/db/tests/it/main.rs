@@ -1,6 +1,7 @@
 //! The database's integration tests, one test binary (each binary links the whole crate graph,
 //! and linking is most of an incremental test build): the database on a real store (`db.rs`),
-//! the live-query engine against it (`live_engine.rs`), the live-query model test
+//! the live-query engine against it (`live_engine.rs`, and over the threaded matching grid in
+//! `live_grid.rs`), the live-query model test
 //! (`live_model.rs`) and trigger queues (`triggers.rs`).
 //!
 //! The modules' tests run in parallel threads of one process: nothing here may set environment
