@@ -1,6 +1,7 @@
 //! The matching grid across machines, in one process on a real broker: three cluster nodes run
-//! a 2 x 2 grid; live-query engines on two of them match through it (`KafkaMatching`); a node
-//! that runs cells but holds no subscription leaves under writes. Every subscriber's list must
+//! a 2 x 3 grid (three write partitions, so a node that joins later can take cells); live-query engines on two of them match through it (`KafkaMatching`); a node
+//! that runs cells but holds no subscription leaves under writes, then a new node joins and takes
+//! cells (capacity without a restart). Every subscriber's list must
 //! equal the pull query at the seq of every batch it received, a batch must come exactly at
 //! the seqs where the pull result changed, and the cells must move to the others.
 
@@ -21,8 +22,9 @@ use std::time::{Duration, Instant};
 
 const SHAPE: Shape = Shape {
     rows: 2,
-    partitions: 2,
+    partitions: 3,
 };
+const CELLS: usize = (SHAPE.rows * SHAPE.partitions) as usize;
 
 const QUERIES: &[&str] = &[
     r#"{"filter": {}, "sort": {"n": 1}, "limit": 3}"#,
@@ -181,7 +183,7 @@ fn subscribers_on_two_nodes_see_every_change_once_while_a_matching_node_leaves()
         let (node, _db) = start(kafka, &cluster, "odd", dir.path());
         let shape = Shape {
             rows: 3,
-            partitions: 2,
+            partitions: 3,
         };
         let err = Grid::start(&node, shape)
             .err()
@@ -189,7 +191,7 @@ fn subscribers_on_two_nodes_see_every_change_once_while_a_matching_node_leaves()
         assert!(err.to_string().contains("same grid"), "{err}");
         let shape = Shape {
             rows: 2,
-            partitions: 3,
+            partitions: 4,
         };
         let err = Grid::start(&node, shape)
             .err()
@@ -207,7 +209,7 @@ fn subscribers_on_two_nodes_see_every_change_once_while_a_matching_node_leaves()
     };
     wait_until("every cell running once", Duration::from_secs(60), || {
         let c = cells(&nodes);
-        c.len() == 4 && c.iter().map(|c| (c.1, c.2)).collect::<BTreeSet<_>>().len() == 4
+        c.len() == CELLS && c.iter().map(|c| (c.1, c.2)).collect::<BTreeSet<_>>().len() == CELLS
     });
     wait_until("a primary", Duration::from_secs(30), || {
         nodes
@@ -280,13 +282,38 @@ fn subscribers_on_two_nodes_see_every_change_once_while_a_matching_node_leaves()
     }
     wait_until("the cells moved", Duration::from_secs(20), || {
         let c = cells(&nodes);
-        c.iter().map(|c| (c.1, c.2)).collect::<BTreeSet<_>>().len() == 4
+        c.iter().map(|c| (c.1, c.2)).collect::<BTreeSet<_>>().len() == CELLS
     });
     eprintln!(
         "cells {cells_before:?} -> {:?} within {:?}",
         cells(&nodes),
         left.elapsed()
     );
+    // A new node joins under writes: Kafka hands it cells, so matching capacity grows without
+    // restarting anything, and the subscribers still miss nothing.
+    let joined_dir = tempfile::tempdir().unwrap();
+    let (jnode, jdb) = start(kafka, &cluster, "n3", joined_dir.path());
+    let jgrid = Grid::start(&jnode, SHAPE).expect("the joining node's grid starts");
+    nodes.push(Some((jnode, jdb, jgrid)));
+    let joined = Instant::now();
+    for _ in 0..40 {
+        last = write(&mut rng, &mut exists, &nodes);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    wait_until("the new node runs cells", Duration::from_secs(30), || {
+        let c = cells(&nodes);
+        c.iter().any(|c| c.0 == 3)
+            && c.len() == CELLS
+            && c.iter().map(|c| (c.1, c.2)).collect::<BTreeSet<_>>().len() == CELLS
+    });
+    eprintln!(
+        "n3 joined: cells {:?} after {:?}",
+        cells(&nodes),
+        joined.elapsed()
+    );
+    for _ in 0..20 {
+        last = write(&mut rng, &mut exists, &nodes);
+    }
     for (i, engine) in &engines {
         wait_until(
             &format!("the engine of n{i} at seq {last}"),
