@@ -55,6 +55,10 @@ pub struct ClusterOptions {
     /// The matching grid's shape (`--grid-rows`, `--grid-partitions`): the node then runs
     /// grid cells and its live queries match through the grid (`grid::Grid`).
     pub grid: Option<grid::Shape>,
+    /// How long a front end's grid lease lives without renewal: past it, another node removes
+    /// the views of a front end that died for good (`grid/lease.rs`). Every node of a cluster
+    /// should use the same value.
+    pub grid_lease: Duration,
 }
 
 impl ClusterOptions {
@@ -68,6 +72,7 @@ impl ClusterOptions {
             session_timeout: Duration::from_millis(3000),
             write_timeout: Duration::from_millis(5000),
             grid: None,
+            grid_lease: grid::LEASE_DEFAULT,
         }
     }
 }

@@ -25,6 +25,9 @@ const SHAPE: Shape = Shape {
     partitions: 3,
 };
 const CELLS: usize = (SHAPE.rows * SHAPE.partitions) as usize;
+/// Short, so that a front end gone for good is removed within the test (a front end gives up
+/// after half of it without a confirmed renewal: loopback Kafka confirms in milliseconds).
+const LEASE: Duration = Duration::from_secs(8);
 
 const QUERIES: &[&str] = &[
     r#"{"filter": {}, "sort": {"n": 1}, "limit": 3}"#,
@@ -51,7 +54,8 @@ impl Sink for TestSink {
 }
 
 fn start(kafka: &KafkaCluster, cluster: &str, id: &str, dir: &Path) -> (Node, Db) {
-    let opts = ClusterOptions::new(kafka.bootstrap(), cluster, id, &format!("http://{id}"));
+    let mut opts = ClusterOptions::new(kafka.bootstrap(), cluster, id, &format!("http://{id}"));
+    opts.grid_lease = LEASE;
     Node::start(opts, dir, DbOptions::default()).expect("node starts")
 }
 
@@ -372,4 +376,30 @@ fn subscribers_on_two_nodes_see_every_change_once_while_a_matching_node_leaves()
         Duration::from_secs(20),
         || registered(&nodes) == 0,
     );
+    // A front end that is gone for good (node `ghost` never comes back): its views go once
+    // its lease expires, removed by the nodes running the rows' first cells.
+    for i in 0..4 {
+        let key = format!("ghost/1/{i}");
+        let value = json!({"collection": "things", "filter": {"n": i}, "row": i % 2,
+                           "fromSeq": 0, "node": "ghost"})
+        .to_string();
+        producer
+            .send(BaseRecord::to(&topic).key(&key).payload(&value))
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let sent = Instant::now();
+    wait_until(
+        "the ghost's views registered",
+        Duration::from_secs(20),
+        || registered(&nodes) == 4,
+    );
+    wait_until(
+        "the ghost's views removed after its lease",
+        LEASE + Duration::from_secs(30),
+        || registered(&nodes) == 0,
+    );
+    let took = sent.elapsed();
+    eprintln!("the ghost's views removed after {took:?}");
+    assert!(took >= LEASE, "removed before the lease expired: {took:?}");
 }

@@ -74,6 +74,10 @@ pub struct KafkaMatching {
     counter: u64,
     /// When the oldest commit in flight started to wait.
     waiting_since: Option<Instant>,
+    /// Per registered key, its offset on the queries topic.
+    offsets: HashMap<String, u64>,
+    /// When the front end last checked that its views are still registered.
+    checked: Instant,
 }
 
 impl KafkaMatching {
@@ -121,6 +125,8 @@ impl KafkaMatching {
             in_flight: VecDeque::new(),
             counter: 0,
             waiting_since: None,
+            offsets: HashMap::new(),
+            checked: Instant::now(),
         })
     }
 
@@ -169,10 +175,41 @@ impl KafkaMatching {
             };
             let mut st = self.front.lock();
             match outcome {
-                Ok(offset) => st.coverage.registered(&key, offset.max(0) as u64),
+                Ok(offset) => {
+                    st.coverage.registered(&key, offset.max(0) as u64);
+                    self.offsets.insert(key, offset.max(0) as u64);
+                }
                 Err(e) => st.error = Some(format!("registering a view: {e}")),
             }
         }
+    }
+
+    /// Fails when the cells may no longer match this front end's views (`lease.rs`): this
+    /// node could not renew its lease for half the lease time, or one of its views was
+    /// removed by another node. Checked at most once a second.
+    fn check_lease(&mut self) -> Result<(), GridError> {
+        if self.checked.elapsed() < Duration::from_secs(1) {
+            return Ok(());
+        }
+        self.checked = Instant::now();
+        if self.ctx.lease_lost() {
+            return Err(GridError::Lost(format!(
+                "this node could not renew its grid lease for {} s: other nodes may remove its \
+                 views",
+                (self.ctx.lease_ttl / 2).as_secs()
+            )));
+        }
+        let reg = self.ctx.registry.lock();
+        let gone = self
+            .offsets
+            .iter()
+            .find(|(key, offset)| **offset < reg.end && !reg.views.contains_key(*key));
+        if let Some((key, _)) = gone {
+            return Err(GridError::Lost(format!(
+                "view {key} was removed from the grid by another node (its lease expired)"
+            )));
+        }
+        Ok(())
     }
 
     /// Sends a record to the queries topic; the receiver gets its offset.
@@ -209,6 +246,7 @@ impl Matching for KafkaMatching {
     fn remove_view(&mut self, id: ViewId) {
         self.pending.retain(|p| p.id != id);
         if let Some((key, _)) = self.keys.remove(&id) {
+            self.offsets.remove(&key);
             self.front.lock().coverage.remove(&key);
             // The tombstone only saves the cells work: the front end already ignores the key.
             let _ = self.send(&key, None);
@@ -227,6 +265,7 @@ impl Matching for KafkaMatching {
             return Ok(None);
         };
         let since = *self.waiting_since.get_or_insert_with(Instant::now);
+        self.check_lease()?;
         let deadline = Instant::now() + timeout;
         let mut st = self.front.lock();
         loop {

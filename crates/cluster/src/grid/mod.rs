@@ -14,17 +14,20 @@
 //! - `views.rs`: the views one cell matches.
 //! - `cell.rs`: one running cell.
 //! - `rows.rs`: the row groups: which cells this node runs.
+//! - `lease.rs`: front-end leases, and the removal of views whose front end is gone for good.
 //! - `front.rs`: `KafkaMatching`, the engine's `Matching` on a cluster node.
 
 mod cell;
 pub mod coverage;
 mod front;
+pub mod lease;
 pub mod queries;
 mod rows;
 mod views;
 pub mod wire;
 
 pub use front::KafkaMatching;
+pub use lease::LEASE_DEFAULT;
 
 pub use crate::kafka::GridTopics;
 use crate::node::{Node, StartError};
@@ -34,7 +37,7 @@ use queries::Registry;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 pub use wire::Shape;
 
 /// What the grid's threads share.
@@ -50,11 +53,27 @@ pub(crate) struct GridCtx {
     pub(crate) stop: AtomicBool,
     /// Distinguishes this run of the node in view keys: keys are never reused across restarts.
     pub(crate) incarnation: u64,
+    /// How long a front end's lease lives without renewal (`ClusterOptions::grid_lease`).
+    pub(crate) lease_ttl: Duration,
+    /// When this node sent its last lease record that Kafka confirmed (the grid's start
+    /// before the first).
+    lease_renewed: Mutex<Instant>,
 }
 
 impl GridCtx {
     pub(crate) fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire) || self.shared.stopping()
+    }
+
+    fn renewed(&self, sent: Instant) {
+        let mut at = self.lease_renewed.lock().unwrap_or_else(|e| e.into_inner());
+        *at = (*at).max(sent);
+    }
+
+    /// Whether this node's front end must stop trusting the cells now (`lease::lease_lost`).
+    pub(crate) fn lease_lost(&self) -> bool {
+        let at = *self.lease_renewed.lock().unwrap_or_else(|e| e.into_inner());
+        lease::lease_lost(at, Instant::now(), self.lease_ttl)
     }
 }
 
@@ -112,6 +131,8 @@ impl Grid {
             error: Mutex::new(None),
             stop: AtomicBool::new(false),
             incarnation,
+            lease_ttl: shared.opts.grid_lease,
+            lease_renewed: Mutex::new(Instant::now()),
         });
         let grid = Grid {
             ctx: ctx.clone(),
@@ -158,6 +179,12 @@ impl Grid {
             }
         }
         forget_earlier_runs(&ctx);
+        let c = ctx.clone();
+        push(
+            std::thread::Builder::new()
+                .name("herald-grid-lease".into())
+                .spawn(move || lease::run(c))?,
+        );
         let c = ctx.clone();
         push(
             std::thread::Builder::new()
@@ -220,6 +247,20 @@ impl Grid {
     /// Leaves the row groups (the other nodes take this node's cells at once) and stops the
     /// grid's threads; a front end of this grid stops reading too.
     pub fn stop(&self) {
+        // Best effort: a lease left behind expires and is removed by another node.
+        let own = wire::lease_key(&wire::key_prefix(
+            &self.ctx.shared.opts.node_id,
+            self.ctx.incarnation,
+        ));
+        if !self.ctx.stop.load(Ordering::Acquire) {
+            let _ = self.ctx.shared.producer.send(
+                rdkafka::producer::BaseRecord::<str, [u8], _>::with_opaque_to(
+                    &self.ctx.topics.queries,
+                    Box::new(std::sync::mpsc::sync_channel(1).0),
+                )
+                .key(own.as_str()),
+            );
+        }
         self.ctx.stop.store(true, Ordering::Release);
         self.ctx.registry.changed.notify_all();
         let threads: Vec<JoinHandle<()>> = self
@@ -248,6 +289,22 @@ fn forget_earlier_runs(ctx: &GridCtx) {
         .filter(|(k, r)| r.reg.node == *node && !k.starts_with(&mine))
         .map(|(k, _)| k.clone())
         .collect();
+    // And the lease records of its earlier runs (keys `lease/<node>/<incarnation>/`).
+    let earlier_lease = |p: &str| {
+        p != mine
+            && p.strip_prefix(node.as_str())
+                .and_then(|r| r.strip_prefix('/'))
+                .and_then(|r| r.strip_suffix('/'))
+                .is_some_and(|inc| !inc.is_empty() && inc.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let leases: Vec<String> = ctx
+        .registry
+        .lock()
+        .seen
+        .keys()
+        .filter(|p| earlier_lease(p))
+        .map(|p| wire::lease_key(p))
+        .collect();
     if !stale.is_empty() {
         eprintln!(
             "herald grid: node {node} removes {} views of its earlier runs",
@@ -255,7 +312,7 @@ fn forget_earlier_runs(ctx: &GridCtx) {
         );
     }
     let mut waits = Vec::new();
-    for key in &stale {
+    for key in stale.iter().chain(&leases) {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let record = rdkafka::producer::BaseRecord::<str, [u8], _>::with_opaque_to(
             &ctx.topics.queries,

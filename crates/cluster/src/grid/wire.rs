@@ -62,6 +62,31 @@ pub fn key_prefix(node: &str, incarnation: u64) -> String {
     format!("{node}/{incarnation}/")
 }
 
+/// What the key of a lease record starts with; the rest is the front end's key prefix.
+pub const LEASE_KEY_START: &str = "lease/";
+
+/// The key of the lease record of the front end whose view keys start with `prefix`.
+pub fn lease_key(prefix: &str) -> String {
+    format!("{LEASE_KEY_START}{prefix}")
+}
+
+/// The front end's key prefix of a view key (`node/incarnation/`), or `None` for a key that
+/// is not a view's.
+pub fn prefix_of(view_key: &str) -> Option<&str> {
+    let cut = view_key.rfind('/')?;
+    (cut > 0).then(|| &view_key[..=cut])
+}
+
+/// A front end's lease record on the queries topic: the front end renews it while it runs.
+/// Its content is for operators; what counts is when a node last read one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Lease {
+    pub node: String,
+    /// The front end's wall clock when it wrote the record, in ms since the epoch.
+    pub at_ms: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +108,15 @@ mod tests {
             "collection": "c", "filter": {}, "row": 0, "fromSeq": 1, "node": "n", "x": 1
         }));
         assert!(reg.is_err());
+    }
+
+    #[test]
+    fn lease_keys_and_prefixes() {
+        let key = view_key("n1", 7, 2);
+        let prefix = prefix_of(&key).unwrap();
+        assert_eq!(prefix, key_prefix("n1", 7));
+        assert_eq!(lease_key(prefix), "lease/n1/7/");
+        assert_eq!(prefix_of("config"), None);
+        assert_eq!(prefix_of("/x"), None);
     }
 }
