@@ -154,7 +154,13 @@ pub async fn run(opts: LiveBenchOptions) -> Result<(), String> {
         };
         Path::new("target/bench-results").join(name)
     });
-    if opts.cell_cpu.is_some() {
+    if let Some(cores) = opts.cell_cpu {
+        if !(0.1..=64.0).contains(&cores) {
+            return Err(format!(
+                "--cell-cpu {cores}: a cell's quota must be between 0.1 core (1 ms per 10 ms, \
+                 the kernel's smallest quota at the longest period used) and 64 cores"
+            ));
+        }
         if let Some(why) = crate::harness::cgroup::unsupported() {
             return Err(why);
         }
