@@ -278,6 +278,14 @@ fn pull_matches(cond: &PullCond, x: &Value) -> bool {
 
 /// The array at `path`: `Ok(None)` when missing, a type error when it is not an array.
 fn array_at(doc: &Value, path: &FieldPath, op: &str) -> Result<Option<Vec<Value>>, UpdateError> {
+    if let Some(i) = blocked_at(doc, path.segments()) {
+        let prefix: Vec<&str> = path.segments()[..i].iter().map(|s| &*s.name).collect();
+        return Err(UpdateError::PathNotViable(format!(
+            "{op} cannot reach '{path}': the value at '{}' is neither a document nor an array \
+             the next segment indexes",
+            prefix.join(".")
+        )));
+    }
     match get_path(doc, path.segments()) {
         None => Ok(None),
         Some(Value::Array(items)) => Ok(Some(items.clone())),
@@ -359,17 +367,46 @@ fn arith(
     }
 }
 
+/// The array position a segment addresses in an update. Updates read a number with leading
+/// zeros as a position (MongoDB's `a.02` sets element 2), unlike query paths.
+fn position(seg: &Segment) -> Option<usize> {
+    seg.index.or_else(|| {
+        let digits = seg.name.trim_start_matches('0');
+        let numeric = !seg.name.is_empty() && seg.name.bytes().all(|b| b.is_ascii_digit());
+        (numeric && digits.len() <= 9).then(|| digits.parse().unwrap_or(0))
+    })
+}
+
 /// Reads the value at a path without implicit array traversal (numeric segments index arrays).
 fn get_path<'a>(doc: &'a Value, segs: &[Segment]) -> Option<&'a Value> {
     let mut cur = doc;
     for seg in segs {
         cur = match cur {
             Value::Object(m) => m.get(&*seg.name)?,
-            Value::Array(items) => items.get(seg.index?)?,
+            Value::Array(items) => items.get(position(seg)?)?,
             _ => return None,
         };
     }
     Some(cur)
+}
+
+/// The index of the first segment the path cannot go through because the value before it is
+/// a scalar, or an array and the segment is not a position (MongoDB's PathNotViable for
+/// `$pull`, `$pop` and the other array operators); `None` when the path exists or ends at a
+/// missing field.
+fn blocked_at(doc: &Value, segs: &[Segment]) -> Option<usize> {
+    let mut cur = doc;
+    for (i, seg) in segs.iter().enumerate() {
+        cur = match cur {
+            Value::Object(m) => m.get(&*seg.name)?,
+            Value::Array(items) => match position(seg) {
+                Some(p) => items.get(p)?,
+                None => return Some(i),
+            },
+            _ => return Some(i),
+        };
+    }
+    None
 }
 
 /// True when an intermediate value of the path is an array (`$rename` refuses those).
@@ -403,7 +440,7 @@ pub(crate) fn set_path(doc: &mut Value, segs: &[Segment], v: Value) -> Result<()
                     .or_insert_with(|| Value::Object(Map::new()))
             }
             Value::Array(items) => {
-                let Some(idx) = seg.index else {
+                let Some(idx) = position(seg) else {
                     return Err(not_viable(
                         segs,
                         i,
@@ -445,14 +482,14 @@ fn unset_path(doc: &mut Value, segs: &[Segment]) -> Option<Value> {
     for seg in parents {
         cur = match cur {
             Value::Object(m) => m.get_mut(&*seg.name)?,
-            Value::Array(items) => items.get_mut(seg.index?)?,
+            Value::Array(items) => items.get_mut(position(seg)?)?,
             _ => return None,
         };
     }
     match cur {
         Value::Object(m) => m.shift_remove(&*last.name),
         Value::Array(items) => items
-            .get_mut(last.index?)
+            .get_mut(position(last)?)
             .map(|slot| std::mem::replace(slot, Value::Null)),
         _ => None,
     }
@@ -468,6 +505,53 @@ mod tests {
             .map_err(|e| e.code())?
             .apply(&doc, 0)
             .map_err(|e| e.code())
+    }
+
+    #[test]
+    fn array_operators_refuse_paths_blocked_by_a_scalar() {
+        for u in [
+            json!({"$pull": {"a.b": {"$lt": 1}}}),
+            json!({"$pop": {"a.b": 1}}),
+            json!({"$pullAll": {"a.b": [1]}}),
+            json!({"$push": {"a.b": 1}}),
+        ] {
+            assert_eq!(
+                up(json!({"a": "foo"}), u.clone()),
+                Err("path_not_viable"),
+                "{u}"
+            );
+            assert_eq!(
+                up(json!({"a": [1]}), u.clone()),
+                Err("path_not_viable"),
+                "{u}"
+            );
+        }
+        // A missing path is not blocked: nothing to pull or pop.
+        assert_eq!(
+            up(json!({"x": 1}), json!({"$pop": {"a.b": 1}})),
+            Ok(json!({"x": 1}))
+        );
+        assert_eq!(
+            up(json!({"a": {}}), json!({"$pull": {"a.b": 1}})),
+            Ok(json!({"a": {}}))
+        );
+    }
+
+    #[test]
+    fn update_positions_may_have_leading_zeros() {
+        assert_eq!(
+            up(json!({"a": [0, 0, 0]}), json!({"$set": {"a.02": 2}})),
+            Ok(json!({"a": [0, 0, 2]}))
+        );
+        assert_eq!(
+            up(json!({"a": [[1, 2]]}), json!({"$pop": {"a.00": 1}})),
+            Ok(json!({"a": [[1]]}))
+        );
+        // In a document, "02" stays a field name.
+        assert_eq!(
+            up(json!({"a": {}}), json!({"$set": {"a.02": 2}})),
+            Ok(json!({"a": {"02": 2}}))
+        );
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Projections: which fields of each result document are returned.
 //!
 //! Inclusion (`{"title": 1, "author.name": 1}`) keeps the named paths; exclusion
-//! (`{"body": 0}`) drops them. `_id` is kept unless excluded explicitly, and is the only field
-//! that may be excluded in an inclusion projection. Through arrays, an inclusion keeps only the
-//! embedded documents (projected); an exclusion projects embedded documents and keeps the rest.
-//! Output keeps the document's own field order.
+//! (`{"body": 0}`) drops them. A nested document is a shorthand for dotted paths, as in
+//! MongoDB (`{"author": {"name": 1}}` is `{"author.name": 1}`). `_id` is kept unless excluded
+//! explicitly, and is the only field that may be excluded in an inclusion projection; a path
+//! inside `_id` (`_id.a`) is projected like any other path, and then `_id` is not kept whole.
+//! Through arrays, an inclusion keeps only the embedded documents (projected); an exclusion
+//! projects embedded documents and keeps the rest. Output keeps the document's own field order.
 
 use crate::error::QueryError;
 use crate::limits::PROJECTION_FIELDS_MAX;
@@ -80,15 +82,13 @@ impl Projection {
                 )))
             }
         };
-        if map.len() > PROJECTION_FIELDS_MAX {
-            return Err(QueryError::LimitExceeded(format!(
-                "projection has more than {PROJECTION_FIELDS_MAX} fields"
-            )));
-        }
+        let mut fields = Vec::new();
+        flatten(map, "", &mut fields)?;
         let mut mode = Mode::All;
         let mut keep_id = true;
         let mut tree = Node::default();
-        for (field, v) in map {
+        for (field, v) in &fields {
+            let field = field.as_str();
             let include = match v {
                 Value::Bool(b) => *b,
                 Value::Number(n) => Num::of(n).as_f64() != 0.0,
@@ -122,10 +122,15 @@ impl Projection {
             mode = want;
             tree.insert(&path)?;
         }
+        if fields.iter().any(|(f, _)| f == "_id") && tree.child("_id").is_some() {
+            return Err(QueryError::BadProjection(
+                "path collision at '_id': it is named whole and with a path inside it".into(),
+            ));
+        }
         if mode == Mode::All && !keep_id {
             mode = Mode::Exclude;
         }
-        if mode == Mode::All && map.contains_key("_id") {
+        if mode == Mode::All && fields.iter().any(|(f, _)| f == "_id") {
             // {"_id": 1} alone is an inclusion of just _id.
             mode = Mode::Include;
         }
@@ -157,11 +162,45 @@ impl Projection {
     }
 }
 
-/// `top_id` is `Some(keep)` at the document root, where `_id` has its own rule.
+/// The projection's (path, value) pairs with nested documents spelled as dotted paths: a
+/// value that is a non-empty object whose keys are not operators is a sub-projection.
+fn flatten<'a>(
+    map: &'a Map<String, Value>,
+    prefix: &str,
+    out: &mut Vec<(String, &'a Value)>,
+) -> Result<(), QueryError> {
+    for (k, v) in map {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            Value::Object(sub) if sub.is_empty() => {
+                return Err(QueryError::BadProjection(format!(
+                    "an empty sub-projection at '{path}' is not valid"
+                )))
+            }
+            Value::Object(sub) if !sub.keys().any(|k| k.starts_with('$')) => {
+                flatten(sub, &path, out)?
+            }
+            _ => out.push((path, v)),
+        }
+        if out.len() > PROJECTION_FIELDS_MAX {
+            return Err(QueryError::LimitExceeded(format!(
+                "projection has more than {PROJECTION_FIELDS_MAX} fields"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `top_id` is `Some(keep)` at the document root, where `_id` has its own rule unless the
+/// projection names paths inside it.
 fn include_object(m: &Map<String, Value>, node: &Node, top_id: Option<bool>) -> Map<String, Value> {
     let mut out = Map::new();
     for (k, v) in m {
-        if top_id.is_some() && k == "_id" {
+        if top_id.is_some() && k == "_id" && node.child(k).is_none() {
             if top_id == Some(true) {
                 out.insert(k.clone(), v.clone());
             }
@@ -196,7 +235,7 @@ fn include_value(v: &Value, node: &Node) -> Option<Value> {
 fn exclude_object(m: &Map<String, Value>, node: &Node, top_id: Option<bool>) -> Map<String, Value> {
     let mut out = Map::new();
     for (k, v) in m {
-        if top_id.is_some() && k == "_id" {
+        if top_id.is_some() && k == "_id" && node.child(k).is_none() {
             if top_id == Some(true) {
                 out.insert(k.clone(), v.clone());
             }
@@ -246,6 +285,52 @@ mod tests {
         assert_eq!(p(json!({"_id": 1}), doc.clone()), json!({"_id": "x"}));
         assert_eq!(p(json!({"_id": 0}), doc.clone())["g"], json!(5));
         assert_eq!(p(json!({}), doc.clone()), doc);
+    }
+
+    #[test]
+    fn nested_documents_are_dotted_paths() {
+        let doc = json!({"_id": 1, "a": {"b": {"c": 1, "d": 2, "e": 3}, "f": 4}, "x": 5});
+        assert_eq!(
+            p(json!({"a": {"b": {"c": 1}}}), doc.clone()),
+            p(json!({"a.b.c": 1}), doc.clone())
+        );
+        assert_eq!(
+            p(json!({"a": {"b.c": {"d": 0, "e": 0}}}), doc.clone()),
+            p(json!({"a.b.c.d": 0, "a.b.c.e": 0}), doc.clone())
+        );
+        assert_eq!(
+            p(json!({"a": {"b": {"d": 0, "e": 0}}}), doc.clone()),
+            json!({"_id": 1, "a": {"b": {"c": 1}, "f": 4}, "x": 5})
+        );
+        for bad in [json!({"a": {}}), json!({"a": {"b": 1}, "a.b": 1})] {
+            assert_eq!(
+                Projection::parse(&bad).unwrap_err().code(),
+                "bad_projection"
+            );
+        }
+    }
+
+    #[test]
+    fn paths_inside_id() {
+        let sub = json!({"_id": {"a": 1, "b": 2}, "x": 3});
+        let scalar = json!({"_id": 7, "x": 3});
+        assert_eq!(
+            p(json!({"_id.a": 1}), sub.clone()),
+            json!({"_id": {"a": 1}})
+        );
+        // A scalar `_id` has no `a`: nothing of it is kept.
+        assert_eq!(p(json!({"_id.a": 1}), scalar.clone()), json!({}));
+        assert_eq!(
+            p(json!({"_id.a": 0}), sub),
+            json!({"_id": {"b": 2}, "x": 3})
+        );
+        assert_eq!(p(json!({"_id.a": 0}), scalar.clone()), scalar);
+        assert_eq!(
+            Projection::parse(&json!({"_id": 1, "_id.a": 1}))
+                .unwrap_err()
+                .code(),
+            "bad_projection"
+        );
     }
 
     #[test]

@@ -775,7 +775,9 @@ function validateEach(op, v) {
 /**
  * Find the container of the last path segment. Returns {parent, key} or null when the path does
  * not exist (for non-creating operators). For creating operators, missing parts are created and
- * a path through a scalar or a non-numeric segment on an array is an error.
+ * a path through a scalar or a non-numeric segment on an array is an error; so it is for the
+ * array operators that do not create ($pop, $pull, $pullAll: `opts.viable`), as MongoDB's
+ * checkViability makes it (PathNotViable), while a missing field is not.
  */
 function locate(doc, parts, create, opts = {}) {
   let cur = doc;
@@ -790,7 +792,7 @@ function locate(doc, parts, create, opts = {}) {
     } else if (Array.isArray(cur)) {
       if (opts.noArrays) fail("bad_update", "path through an array element");
       if (!isDigits(p)) {
-        if (create) fail("path_not_viable", `cannot use the part (${p}) to traverse an array`);
+        if (create || opts.viable) fail("path_not_viable", `cannot use the part (${p}) to traverse an array`);
         return null;
       }
       const idx = Number(p);
@@ -801,7 +803,7 @@ function locate(doc, parts, create, opts = {}) {
       }
       cur = cur[idx];
     } else {
-      if (create) fail("path_not_viable", `cannot create field '${p}' in a non-object value`);
+      if (create || opts.viable) fail("path_not_viable", `cannot create field '${p}' in a non-object value`);
       return null;
     }
   }
@@ -810,13 +812,13 @@ function locate(doc, parts, create, opts = {}) {
   if (Array.isArray(cur)) {
     if (opts.noArrays) fail("bad_update", "path through an array element");
     if (!isDigits(last)) {
-      if (create) fail("path_not_viable", `cannot use the part (${last}) to traverse an array`);
+      if (create || opts.viable) fail("path_not_viable", `cannot use the part (${last}) to traverse an array`);
       return null;
     }
     const idx = Number(last);
     return { parent: cur, key: idx, exists: idx < cur.length };
   }
-  if (create) fail("path_not_viable", `cannot create field '${last}' in a non-object value`);
+  if (create || opts.viable) fail("path_not_viable", `cannot create field '${last}' in a non-object value`);
   return null;
 }
 
@@ -876,7 +878,7 @@ export function applyOp(doc, op, arg) {
       put(to, value);
       continue;
     }
-    const loc = locate(doc, parts, CREATES.has(op));
+    const loc = locate(doc, parts, CREATES.has(op), { viable: ["$pop", "$pull", "$pullAll"].includes(op) });
     if (!loc) continue;
     const cur = loc.exists ? loc.parent[loc.key] : MISSING;
     switch (op) {

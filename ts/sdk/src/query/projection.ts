@@ -1,5 +1,7 @@
-// Projections: inclusion or exclusion tries (crates/query projection.rs). Through arrays an
-// inclusion keeps only embedded documents (projected); an exclusion keeps everything else.
+// Projections: inclusion or exclusion tries (crates/query projection.rs). A nested document is
+// a shorthand for dotted paths ({a: {b: 1}} is {"a.b": 1}); a path inside _id (_id.a) is
+// projected like any other, and then _id is not kept whole. Through arrays an inclusion keeps
+// only embedded documents (projected); an exclusion keeps everything else.
 import { PROJECTION_FIELDS_MAX, QueryError } from "./errors.js";
 import { parsePath } from "./path.js";
 import { isNumber, isObject, numberValue, type Doc, type Value } from "./value.js";
@@ -30,14 +32,12 @@ export class Projection {
     if (spec === null || spec === undefined) return Projection.all();
     if (!isObject(spec))
       throw new QueryError("bad_projection", `bad projection: projection must be an object, got ${JSON.stringify(spec)}`);
-    const fields = Object.keys(spec);
-    if (fields.length > PROJECTION_FIELDS_MAX)
-      throw new QueryError("limit_exceeded", `limit exceeded: projection has more than ${PROJECTION_FIELDS_MAX} fields`);
+    const fields: [string, unknown][] = [];
+    flatten(spec, "", fields);
     let mode: Mode = "all";
     let keepId = true;
     const tree = node();
-    for (const field of fields) {
-      const v = spec[field];
+    for (const [field, v] of fields) {
       let include: boolean;
       if (typeof v === "boolean") include = v;
       else if (isNumber(v)) include = numberValue(v) !== 0;
@@ -71,8 +71,14 @@ export class Projection {
       });
       n.leaf = true;
     }
+    const namesId = fields.some(([f]) => f === "_id");
+    if (namesId && tree.children.has("_id"))
+      throw new QueryError(
+        "bad_projection",
+        "bad projection: path collision at '_id': it is named whole and with a path inside it",
+      );
     if (mode === "all" && !keepId) mode = "exclude";
-    if (mode === "all" && "_id" in spec) mode = "include";
+    if (mode === "all" && namesId) mode = "include";
     return new Projection(mode, tree, keepId);
   }
 
@@ -86,6 +92,21 @@ export class Projection {
   }
 }
 
+// The projection's (path, value) pairs with nested documents spelled as dotted paths: a value
+// that is a non-empty object whose keys are not operators is a sub-projection.
+function flatten(spec: Doc, prefix: string, out: [string, unknown][]): void {
+  for (const k of Object.keys(spec)) {
+    const v = spec[k];
+    const path = prefix === "" ? k : `${prefix}.${k}`;
+    if (isObject(v) && Object.keys(v).length === 0)
+      throw new QueryError("bad_projection", `bad projection: an empty sub-projection at '${path}' is not valid`);
+    if (isObject(v) && !Object.keys(v).some((x) => x.startsWith("$"))) flatten(v, path, out);
+    else out.push([path, v]);
+    if (out.length > PROJECTION_FIELDS_MAX)
+      throw new QueryError("limit_exceeded", `limit exceeded: projection has more than ${PROJECTION_FIELDS_MAX} fields`);
+  }
+}
+
 function collision(field: string): QueryError {
   return new QueryError("bad_projection", `bad projection: path collision at '${field}'`);
 }
@@ -94,7 +115,7 @@ function includeObject(m: Doc, n: Node, topId: boolean | undefined): Doc {
   const out: Doc = {};
   for (const k of Object.keys(m)) {
     const v = m[k];
-    if (topId !== undefined && k === "_id") {
+    if (topId !== undefined && k === "_id" && !n.children.has(k)) {
       if (topId) out[k] = v;
       continue;
     }
@@ -128,7 +149,7 @@ function excludeObject(m: Doc, n: Node, topId: boolean | undefined): Doc {
   const out: Doc = {};
   for (const k of Object.keys(m)) {
     const v = m[k];
-    if (topId !== undefined && k === "_id") {
+    if (topId !== undefined && k === "_id" && !n.children.has(k)) {
       if (topId) out[k] = v;
       continue;
     }

@@ -460,6 +460,17 @@ function applyEntry(doc: Doc, e: Entry, nowMs: number, insert: boolean): void {
 }
 
 function arrayAt(doc: Doc, path: FieldPath, op: string): Value[] | undefined {
+  const blocked = blockedAt(doc, path.segments);
+  if (blocked !== undefined) {
+    const prefix = path.segments
+      .slice(0, blocked)
+      .map((s) => s.name)
+      .join(".");
+    throw new QueryError(
+      "path_not_viable",
+      `${op} cannot reach '${path.dotted}': the value at '${prefix}' is neither a document nor an array the next segment indexes`,
+    );
+  }
   const v = getPath(doc, path.segments);
   if (v === undefined) return undefined;
   if (Array.isArray(v)) return [...v];
@@ -510,15 +521,44 @@ function arith(path: string, op: "inc" | "mul", cur: number | bigint | Double, b
   return makeDouble(r);
 }
 
+// The array position a segment addresses in an update (-1 for none). Updates read a number with
+// leading zeros as a position (MongoDB's a.02 sets element 2), unlike query paths.
+function position(seg: Segment): number {
+  if (seg.index >= 0) return seg.index;
+  if (seg.name === "" || !/^[0-9]+$/.test(seg.name)) return -1;
+  const digits = seg.name.replace(/^0+/, "");
+  return digits.length <= 9 ? Number(digits || "0") : -1;
+}
+
 function getPath(doc: Value, segs: readonly Segment[]): Value | undefined {
   let cur: Value | undefined = doc;
   for (const seg of segs) {
     if (isObject(cur)) cur = Object.prototype.hasOwnProperty.call(cur, seg.name) ? cur[seg.name] : undefined;
-    else if (Array.isArray(cur)) cur = seg.index >= 0 ? cur[seg.index] : undefined;
+    else if (Array.isArray(cur)) cur = position(seg) >= 0 ? cur[position(seg)] : undefined;
     else return undefined;
     if (cur === undefined) return undefined;
   }
   return cur;
+}
+
+// The index of the first segment the path cannot go through because the value before it is a
+// scalar, or an array and the segment is not a position (MongoDB's PathNotViable for $pull,
+// $pop and the other array operators); undefined when the path exists or ends at a missing field.
+function blockedAt(doc: Value, segs: readonly Segment[]): number | undefined {
+  let cur: Value | undefined = doc;
+  for (let i = 0; i < segs.length; i++) {
+    const seg = segs[i];
+    if (isObject(cur)) {
+      if (!Object.prototype.hasOwnProperty.call(cur, seg.name)) return undefined;
+      cur = cur[seg.name];
+    } else if (Array.isArray(cur)) {
+      const p = position(seg);
+      if (p < 0) return i;
+      if (p >= cur.length) return undefined;
+      cur = cur[p];
+    } else return i;
+  }
+  return undefined;
 }
 
 function throughArray(doc: Value, segs: readonly Segment[]): boolean {
@@ -554,16 +594,17 @@ function setPath(doc: Value, segs: readonly Segment[], v: Value): void {
       if (!Object.prototype.hasOwnProperty.call(cur, seg.name)) cur[seg.name] = {};
       cur = cur[seg.name];
     } else if (Array.isArray(cur)) {
-      if (seg.index < 0) throw notViable(segs, i, "is an array and the segment is not a position");
-      if (seg.index >= cur.length) {
-        while (cur.length <= seg.index) cur.push(null);
-        if (!last) cur[seg.index] = {};
+      const at = position(seg);
+      if (at < 0) throw notViable(segs, i, "is an array and the segment is not a position");
+      if (at >= cur.length) {
+        while (cur.length <= at) cur.push(null);
+        if (!last) cur[at] = {};
       }
       if (last) {
-        cur[seg.index] = v;
+        cur[at] = v;
         return;
       }
-      cur = cur[seg.index];
+      cur = cur[at];
     } else throw notViable(segs, i, "is not a document");
   }
 }
@@ -578,9 +619,10 @@ function unsetPath(doc: Value, segs: readonly Segment[]): Value | undefined {
     delete parent[last.name];
     return v;
   }
-  if (Array.isArray(parent) && last.index >= 0 && last.index < parent.length) {
-    const v = parent[last.index];
-    parent[last.index] = null;
+  const at = position(last);
+  if (Array.isArray(parent) && at >= 0 && at < parent.length) {
+    const v = parent[at];
+    parent[at] = null;
     return v;
   }
   return undefined;
