@@ -32,7 +32,7 @@ use crate::query::Query;
 use crate::sort::Sort;
 use expr::bad;
 use herald_value::{Map, Num, Value};
-use size::docs_bytes;
+use size::{approx_bytes, docs_bytes};
 
 /// One parsed stage.
 #[derive(Debug, Clone)]
@@ -165,7 +165,18 @@ fn run_stage(stage: &Stage, mut docs: Vec<Value>) -> Result<Vec<Value>, QueryErr
             docs.truncate(*n);
             docs
         }
-        Stage::Project(p) => docs.iter().map(|d| p.apply(d)).collect(),
+        Stage::Project(p) => {
+            // A projection can grow documents (`{"a": "$$ROOT", "b": "$$ROOT"}`), so its output
+            // is bounded as it is built, not after.
+            let mut held = Held::new("$project");
+            let mut out = Vec::with_capacity(docs.len());
+            for d in &docs {
+                let p = p.apply(d);
+                held.add(&p)?;
+                out.push(p);
+            }
+            out
+        }
         Stage::Count(name) => match docs.len() {
             0 => Vec::new(),
             n => {
@@ -175,11 +186,15 @@ fn run_stage(stage: &Stage, mut docs: Vec<Value>) -> Result<Vec<Value>, QueryErr
             }
         },
         Stage::Unwind(u) => {
+            let mut held = Held::new("$unwind");
             let mut out = Vec::with_capacity(docs.len());
             for d in docs {
+                let from = out.len();
                 u.apply(d, &mut out)?;
+                for d in &out[from..] {
+                    held.add(d)?;
+                }
             }
-            held(&out, "$unwind")?;
             out
         }
     })
@@ -188,11 +203,35 @@ fn run_stage(stage: &Stage, mut docs: Vec<Value>) -> Result<Vec<Value>, QueryErr
 /// Refuses a stage output over the byte limit.
 fn held(docs: &[Value], stage: &str) -> Result<(), QueryError> {
     if docs_bytes(docs) > BLOCKING_STAGE_BYTES_MAX {
-        return Err(QueryError::LimitExceeded(format!(
-            "{stage} would hold more than BLOCKING_STAGE_BYTES_MAX ({BLOCKING_STAGE_BYTES_MAX}) bytes"
-        )));
+        return Err(too_many_bytes(stage));
     }
     Ok(())
+}
+
+fn too_many_bytes(stage: &str) -> QueryError {
+    QueryError::LimitExceeded(format!(
+        "{stage} would hold more than BLOCKING_STAGE_BYTES_MAX ({BLOCKING_STAGE_BYTES_MAX}) bytes"
+    ))
+}
+
+/// The estimated bytes of a stage's output as it is built.
+struct Held {
+    stage: &'static str,
+    bytes: usize,
+}
+
+impl Held {
+    fn new(stage: &'static str) -> Held {
+        Held { stage, bytes: 0 }
+    }
+
+    fn add(&mut self, doc: &Value) -> Result<(), QueryError> {
+        self.bytes += approx_bytes(doc);
+        if self.bytes > BLOCKING_STAGE_BYTES_MAX {
+            return Err(too_many_bytes(self.stage));
+        }
+        Ok(())
+    }
 }
 
 fn parse_stage(spec: &Value, at: &str) -> Result<Stage, QueryError> {

@@ -1,6 +1,7 @@
 //! Whole-pipeline tests: stage composition, the head query split and stage errors.
 
 use super::*;
+use crate::limits::UNWIND_OUTPUT_MAX;
 use herald_value::json;
 
 fn run(pipeline: Value, docs: Vec<Value>) -> Result<Vec<Value>, QueryError> {
@@ -125,4 +126,26 @@ fn blocking_stages_are_bounded_by_bytes() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("BLOCKING_STAGE_BYTES_MAX"), "{e}");
+}
+
+#[test]
+fn growing_stages_are_bounded_as_they_build() {
+    // Each $project doubles the documents: without a bound, 30 of them would need 2^30 copies.
+    let mut stages = vec![json!({"$match": {}})];
+    for _ in 0..30 {
+        stages.push(json!({"$project": {"_id": 0, "a": "$$ROOT", "b": "$$ROOT"}}));
+    }
+    let docs = vec![json!({"_id": 1, "s": "x".repeat(1000)})];
+    let e = run(Value::Array(stages), docs).unwrap_err();
+    assert!(
+        e.to_string().contains("$project") && e.to_string().contains("BLOCKING_STAGE_BYTES_MAX"),
+        "{e}"
+    );
+    // $unwind of many documents with large arrays.
+    let arr: Vec<Value> = (0..UNWIND_OUTPUT_MAX).map(Value::from).collect();
+    let docs: Vec<Value> = (0..30)
+        .map(|i| json!({"_id": i, "a": arr, "pad": "y".repeat(300)}))
+        .collect();
+    let e = run(json!([{"$unwind": "$a"}]), docs).unwrap_err();
+    assert!(e.to_string().contains("$unwind"), "{e}");
 }

@@ -81,9 +81,14 @@ impl Unwind {
                         "$unwind would make more than UNWIND_OUTPUT_MAX ({UNWIND_OUTPUT_MAX}) documents of one document"
                     )));
                 }
-                let items = items.clone();
+                // The array is taken out first (its slot left in place), so each output copies
+                // the rest of the document, not the whole array again.
+                let mut rest = doc;
+                let Some(Value::Array(items)) = take(&mut rest, &self.path) else {
+                    unreachable!("the path holds a non-empty array");
+                };
                 for (i, item) in items.into_iter().enumerate() {
-                    let mut d = doc.clone();
+                    let mut d = rest.clone();
                     set(&mut d, &self.path, Some(item));
                     self.set_index(&mut d, Value::from(i));
                     out.push(d);
@@ -115,6 +120,14 @@ impl Unwind {
 /// The value at `path`, through documents only.
 fn get<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
     path.iter().try_fold(v, |v, seg| v.as_object()?.get(seg))
+}
+
+/// Takes the value at `path` out, leaving `null` in its slot (so the field keeps its position).
+fn take(v: &mut Value, path: &[String]) -> Option<Value> {
+    let slot = path
+        .iter()
+        .try_fold(v, |v, seg| v.as_object_mut()?.get_mut(seg))?;
+    Some(std::mem::take(slot))
 }
 
 /// Sets (or with `None` removes) the value at `path`, making documents on the way.
