@@ -62,14 +62,21 @@ impl Project {
             .iter()
             .any(|(p, f)| !matches!(f, Field::Exclude) && p != "_id");
         if excludes_other {
-            if let Some((p, _)) = fields.iter().find(|(_, f)| !matches!(f, Field::Exclude)) {
+            // `_id: 1` may stay in an exclusion (it is kept anyway), as in MongoDB.
+            let mixed = fields.iter().find(|(p, f)| match f {
+                Field::Exclude => false,
+                Field::Include => p != "_id",
+                Field::Computed(_) => true,
+            });
+            if let Some((p, _)) = mixed {
                 return Err(bad(format!(
                     "cannot include or compute '{p}' in an exclusion projection"
                 )));
             }
             let mut spec = Map::new();
-            for (p, _) in &fields {
-                spec.insert(p.clone(), Value::from(0));
+            for (p, f) in &fields {
+                let flag = i32::from(matches!(f, Field::Include));
+                spec.insert(p.clone(), Value::from(flag));
             }
             return Ok(Project {
                 base: Some(Projection::parse(&Value::Object(spec))?),
@@ -218,6 +225,10 @@ mod tests {
         );
         assert_eq!(p(json!({"a": 0}), doc.clone()), json!({"_id": 1, "d": 4}));
         assert_eq!(
+            p(json!({"a": 0, "_id": 1}), doc.clone()),
+            json!({"_id": 1, "d": 4})
+        );
+        assert_eq!(
             p(json!({"_id": 0}), doc.clone()),
             json!({"a": {"b": 2, "c": 3}, "d": 4})
         );
@@ -244,6 +255,7 @@ mod tests {
         assert_eq!(e(json!({})), "bad_projection");
         assert_eq!(e(json!({"a": 0, "b": 1})), "bad_projection");
         assert_eq!(e(json!({"a": 0, "b": "$c"})), "bad_projection");
+        assert_eq!(e(json!({"a": 0, "_id": "$c"})), "bad_projection");
         assert_eq!(e(json!({"a": 1, "a.b": 1})), "bad_projection");
         assert_eq!(e(json!({"a": {"$add": [1]}})), "unknown_operator");
     }
