@@ -24,6 +24,7 @@ use super::size::approx_bytes;
 use crate::error::QueryError;
 use crate::limits::{ACC_ARRAY_BYTES_MAX, ACC_ARRAY_VALUES_MAX};
 use herald_value::{compare, key_of, Num, Number, Value};
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::HashSet;
 
@@ -189,8 +190,8 @@ pub enum AccState {
 
 impl AccState {
     /// Adds one document's value of the accumulator's expression (`None`: missing). Returns the
-    /// change in estimated bytes held.
-    pub fn add(&mut self, v: Option<Value>) -> Result<isize, QueryError> {
+    /// change in estimated bytes held. The value is copied only when the state keeps it.
+    pub fn add(&mut self, v: Option<Cow<'_, Value>>) -> Result<isize, QueryError> {
         match self {
             AccState::Sum(s) | AccState::Avg(s) => {
                 if let Some(v) = &v {
@@ -202,7 +203,7 @@ impl AccState {
             AccState::Max(best) => Ok(keep_if(best, v, Ordering::Greater)),
             AccState::First(first) => {
                 if first.is_none() {
-                    let v = v.unwrap_or(Value::Null);
+                    let v = v.map_or(Value::Null, Cow::into_owned);
                     let n = approx_bytes(&v) as isize;
                     *first = Some(v);
                     return Ok(n);
@@ -211,15 +212,17 @@ impl AccState {
             }
             AccState::Last(last) => {
                 let old = approx_bytes(last) as isize;
-                *last = v.unwrap_or(Value::Null);
+                *last = v.map_or(Value::Null, Cow::into_owned);
                 Ok(approx_bytes(last) as isize - old)
             }
             AccState::Push(items, bytes) => match v {
                 None => Ok(0),
-                Some(v) => push_bounded(items, bytes, v, "$push"),
+                Some(v) => push_bounded(items, bytes, v.into_owned(), "$push"),
             },
             AccState::AddToSet(items, seen, bytes) => match v {
-                Some(v) if seen.insert(key_of(&v)) => push_bounded(items, bytes, v, "$addToSet"),
+                Some(v) if seen.insert(key_of(&v)) => {
+                    push_bounded(items, bytes, v.into_owned(), "$addToSet")
+                }
                 _ => Ok(0),
             },
         }
@@ -238,15 +241,16 @@ impl AccState {
 }
 
 /// Replaces `best` by `v` when `v` orders `want` against it; null and missing are ignored.
-fn keep_if(best: &mut Option<Value>, v: Option<Value>, want: Ordering) -> isize {
+fn keep_if(best: &mut Option<Value>, v: Option<Cow<'_, Value>>, want: Ordering) -> isize {
     match v {
-        None | Some(Value::Null) => 0,
+        None => 0,
+        Some(v) if v.is_null() => 0,
         Some(v) => match best {
             Some(b) if compare(&v, b) != want => 0,
             _ => {
                 let old = best.as_ref().map_or(0, approx_bytes) as isize;
                 let n = approx_bytes(&v) as isize;
-                *best = Some(v);
+                *best = Some(v.into_owned());
                 n - old
             }
         },
@@ -284,7 +288,7 @@ mod tests {
         let acc = Accumulator::parse("x", &spec, "g").unwrap();
         let mut st = acc.state();
         for v in values {
-            st.add(v.clone()).unwrap();
+            st.add(v.as_ref().map(Cow::Borrowed)).unwrap();
         }
         st.finish()
     }
@@ -352,10 +356,11 @@ mod tests {
     fn push_is_bounded() {
         let acc = Accumulator::parse("x", &json!({"$push": "$n"}), "g").unwrap();
         let mut st = acc.state();
+        let one = json!(1);
         for _ in 0..ACC_ARRAY_VALUES_MAX {
-            st.add(Some(json!(1))).unwrap();
+            st.add(Some(Cow::Borrowed(&one))).unwrap();
         }
-        let e = st.add(Some(json!(1))).unwrap_err();
+        let e = st.add(Some(Cow::Borrowed(&one))).unwrap_err();
         assert_eq!(e.code(), "limit_exceeded");
         assert!(e.to_string().contains("ACC_ARRAY_VALUES_MAX"));
     }

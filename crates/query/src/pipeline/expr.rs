@@ -10,6 +10,7 @@
 
 use crate::error::QueryError;
 use herald_value::{Map, Value};
+use std::borrow::Cow;
 
 /// A parsed expression.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,6 +108,18 @@ impl AggExpr {
         }
     }
 
+    /// [`eval`](Self::eval) without copying when the value is in the document or the
+    /// expression: a field path that meets no array, `$$ROOT` and literals are borrowed (the
+    /// common case in `$group`, which then copies only what it keeps).
+    pub fn eval_ref<'a>(&'a self, doc: &'a Value) -> Option<Cow<'a, Value>> {
+        match self {
+            AggExpr::Field(segs) => field_path_ref(doc, segs),
+            AggExpr::Root => Some(Cow::Borrowed(doc)),
+            AggExpr::Literal(v) => Some(Cow::Borrowed(v)),
+            AggExpr::Object(_) | AggExpr::Array(_) => self.eval(doc).map(Cow::Owned),
+        }
+    }
+
     /// Whether the expression is a constant (the same for every document).
     pub fn is_constant(&self) -> bool {
         match self {
@@ -146,6 +159,19 @@ pub fn field_path(v: &Value, segs: &[String]) -> Option<Value> {
     }
 }
 
+/// [`field_path`], borrowing unless the path meets an array (which builds a new array).
+fn field_path_ref<'a>(v: &'a Value, segs: &[String]) -> Option<Cow<'a, Value>> {
+    let mut cur = v;
+    for (i, seg) in segs.iter().enumerate() {
+        match cur {
+            Value::Object(m) => cur = m.get(seg)?,
+            Value::Array(_) => return field_path(cur, &segs[i..]).map(Cow::Owned),
+            _ => return None,
+        }
+    }
+    Some(Cow::Borrowed(cur))
+}
+
 pub(crate) fn bad(at: &str, why: &str) -> QueryError {
     QueryError::BadPipeline(format!("{at}: {why}"))
 }
@@ -165,6 +191,28 @@ mod tests {
         assert_eq!(ev(json!("$a.b"), doc), Some(json!([1, [3], [4]])));
         assert_eq!(ev(json!("$x"), json!({})), None);
         assert_eq!(ev(json!("$a.0"), json!({"a": [7]})), Some(json!([])));
+    }
+
+    #[test]
+    fn eval_ref_agrees_with_eval_and_borrows_plain_paths() {
+        let doc = json!({"a": {"b": 1}, "c": [{"d": 2}, {"d": 3}]});
+        for spec in [
+            json!("$a.b"),
+            json!("$c.d"),
+            json!("$a.x"),
+            json!("$$ROOT"),
+            json!(5),
+            json!({"k": "$a"}),
+        ] {
+            let e = AggExpr::parse(&spec, "e").unwrap();
+            assert_eq!(
+                e.eval_ref(&doc).map(Cow::into_owned),
+                e.eval(&doc),
+                "{spec}"
+            );
+        }
+        let e = AggExpr::parse(&json!("$a.b"), "e").unwrap();
+        assert!(matches!(e.eval_ref(&doc), Some(Cow::Borrowed(_))));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::expr::{bad, AggExpr};
 use super::size::approx_bytes;
 use crate::error::QueryError;
 use crate::limits::{BLOCKING_STAGE_BYTES_MAX, GROUPS_MAX};
-use herald_value::{key_of, Map, Value};
+use herald_value::{encode_key, Map, Value};
 use std::collections::BTreeMap;
 
 /// Bytes counted per group beyond its key and accumulator values.
@@ -48,10 +48,13 @@ impl Group {
         let mut index: BTreeMap<Vec<u8>, usize> = BTreeMap::new();
         let mut groups: Vec<(Value, Vec<AccState>)> = Vec::new();
         let mut bytes: isize = 0;
+        // The key's encoding, reused across documents: only a new group copies it (and the key).
+        let mut k = Vec::with_capacity(64);
         for doc in &docs {
-            let key = self.id.eval(doc).unwrap_or(Value::Null);
-            let k = key_of(&key);
-            let g = match index.get(&k) {
+            let key = self.id.eval_ref(doc);
+            k.clear();
+            encode_key(key.as_deref().unwrap_or(&Value::Null), &mut k);
+            let g = match index.get(k.as_slice()) {
                 Some(&g) => g,
                 None => {
                     if groups.len() >= GROUPS_MAX {
@@ -59,15 +62,16 @@ impl Group {
                             "$group would hold more than GROUPS_MAX ({GROUPS_MAX}) groups"
                         )));
                     }
+                    let key = key.map_or(Value::Null, |k| k.into_owned());
                     bytes += (GROUP_BYTES + approx_bytes(&key) + k.len()) as isize;
-                    index.insert(k, groups.len());
+                    index.insert(k.clone(), groups.len());
                     let states = self.accumulators.iter().map(Accumulator::state).collect();
                     groups.push((key, states));
                     groups.len() - 1
                 }
             };
             for (acc, st) in self.accumulators.iter().zip(&mut groups[g].1) {
-                bytes += st.add(acc.expr.eval(doc))?;
+                bytes += st.add(acc.expr.eval_ref(doc))?;
             }
             if bytes > BLOCKING_STAGE_BYTES_MAX as isize {
                 return Err(QueryError::LimitExceeded(format!(
