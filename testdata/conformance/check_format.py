@@ -15,12 +15,13 @@ ERROR_CODES = {
     "bad_filter", "unknown_operator", "bad_operand", "bad_regex", "unsupported_regex",
     "bad_sort", "bad_projection", "bad_query", "limit_exceeded", "bad_update",
     "conflicting_update_paths", "type_mismatch", "path_not_viable", "immutable_field",
-    "numeric_overflow",
+    "numeric_overflow", "bad_pipeline",
 }
 QUERY_KEYS = {"filter", "sort", "skip", "limit", "projection"}
 QUERY_CASE_KEYS = {"name", "note", "docs", "query", "expect", "expectDocs", "error"}
 UPDATE_CASE_KEYS = {"name", "note", "doc", "update", "now", "expect", "error"}
 UPSERT_CASE_KEYS = {"name", "note", "filter", "update", "upsert", "expect", "error"}
+PIPELINE_CASE_KEYS = {"name", "note", "docs", "pipeline", "expectDocs", "error"}
 
 
 def reject_constants(value):
@@ -80,6 +81,33 @@ def check_query_case(case, where, problems):
                 problems.append("%s: without sort/skip/limit, expect must be in _id order" % where)
     if "expectDocs" in case:
         if not isinstance(case["expectDocs"], list) or not all(isinstance(x, dict) for x in case["expectDocs"]):
+            problems.append("%s: expectDocs must be an array of objects" % where)
+
+
+def check_pipeline_case(case, where, problems):
+    extra = set(case) - PIPELINE_CASE_KEYS
+    if extra:
+        problems.append("%s: unknown keys %s" % (where, sorted(extra)))
+    docs = case.get("docs")
+    if not isinstance(docs, list):
+        problems.append("%s: docs must be an array" % where)
+        docs = []
+    ids = [d.get("_id") for d in docs if isinstance(d, dict)]
+    if len(ids) != len(docs) or not all(isinstance(i, str) for i in ids):
+        problems.append("%s: every document needs a string _id" % where)
+    elif len(set(ids)) != len(ids):
+        problems.append("%s: duplicate _id values" % where)
+    elif ids != sorted(ids, key=lambda s: s.encode("utf-8")):
+        problems.append("%s: docs must be listed in _id order (the pipeline's input order)" % where)
+    kinds = [k for k in ("expectDocs", "error") if k in case]
+    if len(kinds) != 1:
+        problems.append("%s: needs exactly one of expectDocs/error, has %s" % (where, kinds))
+        return
+    if "expectDocs" in case:
+        if not isinstance(case["pipeline"], list):
+            problems.append("%s: pipeline must be an array (only an error case may hold another value)" % where)
+        exp = case["expectDocs"]
+        if not isinstance(exp, list) or not all(isinstance(x, dict) for x in exp):
             problems.append("%s: expectDocs must be an array of objects" % where)
 
 
@@ -151,7 +179,9 @@ def check_file(path, problems):
             problems.append("%s: note must be a string" % where)
         if "error" in case and case["error"] not in ERROR_CODES:
             problems.append("%s: unknown error code %r" % (where, case["error"]))
-        if "docs" in case or "query" in case:
+        if "pipeline" in case:
+            check_pipeline_case(case, where, problems)
+        elif "docs" in case or "query" in case:
             check_query_case(case, where, problems)
         elif "upsert" in case:
             check_update_case(case, where, problems, upsert=True)

@@ -13,6 +13,7 @@
 // Versions: mingo 7.2.7 (see package.json); MongoDB semantics of 8.0.
 
 import { patchedQuery, patchedUpdate } from "./lib/mingo-runner.mjs";
+import { patchedPipeline } from "./lib/mingo-pipeline.mjs";
 import { sortKey } from "./lib/mongo-ref.mjs";
 import { sameAnswer } from "./lib/values.mjs";
 
@@ -35,10 +36,21 @@ const U = (id, side, patches, relevant, reason) => ({
   test: (c, _m, h) => sameAnswer("update", patchedUpdate(c, new Set(patches)), h),
 });
 
+const P = (id, side, patches, relevant, reason) => ({
+  id,
+  kind: "pipeline",
+  side,
+  patches,
+  relevant,
+  reason,
+  test: (c, _m, h) => sameAnswer("pipeline", patchedPipeline(c, new Set(patches)), h),
+});
+
 // Relevance helpers: does the case mention this operator at all? (only to save time)
 const mentions = (...ops) => (c) => ops.some((op) => c.queryText.includes(JSON.stringify(op) + ":"));
 const updates = (op) => (c) => c.updateText.includes(JSON.stringify(op) + ":");
 const always = () => true;
+const pipelineMentions = (...ops) => (c) => ops.some((op) => c.pipelineText.includes(JSON.stringify(op) + ":"));
 /** Does a document of the case hold parallel arrays for the case's sort pattern? */
 function hasParallelArrays(c) {
   if (!c.queryText.includes('"sort":')) return false;
@@ -193,6 +205,27 @@ export const KNOWN_DIVERGENCES = [
   U("mingo-update-validation", "mingo", ["u:validate"], always,
     "mingo accepts updates MongoDB rejects ($-prefixed field names inside values, ...). The patch validates " +
     "the update with MongoDB's rules first."),
+
+  P("herald-agg-sort-id-ties", "herald", ["p:sort-id-ties"], pipelineMentions("$sort"),
+    "Herald's $sort breaks ties by _id ascending, as every Herald query does (so a pipeline's head $match + $sort " +
+    "can run as an index plan with the same answer); mingo's sort is stable (ties keep their input order). " +
+    "MongoDB leaves the order of ties unspecified. (Patch: MongoDB's sort keys with the _id tie-break.)"),
+
+  // -------------------------------------------------------------------- mingo aggregation bugs
+  P("mingo-agg-push-missing", "mingo", ["p:push-missing"], pipelineMentions("$push", "$addToSet"),
+    "mingo's $push and $addToSet accumulators add null for a document where the expression is missing; MongoDB " +
+    "leaves missing values out (accumulator_push.cpp / accumulator_add_to_set.cpp skip missing), and keeps null."),
+  P("mingo-agg-minmax-order", "mingo", ["p:minmax-bson"], pipelineMentions("$min", "$max"),
+    "mingo's $min/$max accumulators sort with mingo's own comparator, which does not follow MongoDB's BSON order " +
+    "across types (arrays and objects) and within documents; MongoDB compares whole values in BSON order (an array " +
+    "as a value, above strings and documents), ignoring null and missing."),
+  P("mingo-agg-count-empty", "mingo", ["p:count-empty"], pipelineMentions("$count"),
+    "mingo's $count stage answers {name: 0} for an empty input; MongoDB's $count (a $group with _id null) " +
+    "outputs no document at all."),
+  P("mingo-agg-sort", "mingo", ["p:sort"], pipelineMentions("$sort"),
+    "mingo's $sort compares arrays and embedded documents with its own comparator; MongoDB sorts an array by its " +
+    "smallest (ascending) or largest (descending) element and documents in BSON order (field type, name, value, " +
+    "in order). The patch is that sort (stable, as both sides sort)."),
 ];
 
 /** All patch ids used by the entries of one kind (the union is tried when no single entry fits). */

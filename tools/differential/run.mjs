@@ -11,6 +11,8 @@ import { createRequire } from "node:module";
 
 import { Rng } from "./lib/prng.mjs";
 import { genDocs, genQuery, genUpdate } from "./lib/gen.mjs";
+import { genPipeline, genPipelineDocs } from "./lib/pipeline-gen.mjs";
+import { normalized, patchedPipeline } from "./lib/mingo-pipeline.mjs";
 import { plain, toJSONText, sameAnswer, cmpStr } from "./lib/values.mjs";
 import { mingoQuery, mingoUpdateCase, patchedQuery, patchedUpdate } from "./lib/mingo-runner.mjs";
 import { refQuery, refUpdate } from "./lib/mongo-ref.mjs";
@@ -36,6 +38,8 @@ const SEED =
 const TOTAL = intEnv("DIFF_CASES", 4000);
 const Q_CASES = intEnv("DIFF_QUERY_CASES", Math.round((TOTAL * 3) / 4));
 const U_CASES = intEnv("DIFF_UPDATE_CASES", TOTAL - Math.round((TOTAL * 3) / 4));
+// Aggregation pipelines come on top of DIFF_CASES (a quarter as many by default).
+const P_CASES = intEnv("DIFF_PIPELINE_CASES", Math.round(TOTAL / 4));
 const MAX_SHOWN = intEnv("DIFF_MAX_FAILURES", 20);
 const SHRINK = env.DIFF_SHRINK !== "0";
 const ONLY_CASE = env.DIFF_CASE; // e.g. "q17" or "u3": run just that case
@@ -50,7 +54,7 @@ const NOW = 1700000000000;
 function caseRng(kind, i) {
   // independent stream per case, so one case can be regenerated alone (DIFF_CASE)
   let h = (SEED ^ 0x9e3779b9) >>> 0;
-  h = Math.imul(h ^ (kind === "q" ? 0x51ed27 : 0x2c1b3c6d), 0x85ebca6b) >>> 0;
+  h = Math.imul(h ^ ({ q: 0x51ed27, u: 0x2c1b3c6d, p: 0x7f4a7c15 })[kind], 0x85ebca6b) >>> 0;
   h = Math.imul(h ^ (i + 1), 0xc2b2ae35) >>> 0;
   return new Rng((h ^ (h >>> 16)) >>> 0);
 }
@@ -80,6 +84,21 @@ function makeUpdateCase(i) {
     line: `{"doc":${docText},"update":${updateText},"now":${NOW}}`,
   };
 }
+
+function makePipelineCase(i) {
+  const r = caseRng("p", i);
+  const docs = genPipelineDocs(r);
+  const { pipeline, ordered } = genPipeline(r);
+  const docsText = toJSONText(docs);
+  const pipelineText = toJSONText(pipeline);
+  return {
+    name: `p${i}`, kind: "pipeline", docs, pipeline, ordered, docsText, pipelineText,
+    line: `{"docs":${docsText},"pipeline":${pipelineText}}`,
+  };
+}
+
+const makeCase = (name) =>
+  ({ q: makeQueryCase, u: makeUpdateCase, p: makePipelineCase })[name[0]](Number(name.slice(1)));
 
 // ---------------------------------------------------------------------------- evaluator
 class Evaluator {
@@ -131,13 +150,16 @@ class Evaluator {
 }
 
 // ------------------------------------------------------------------------- classification
-const mingoAnswer = (c) => (c.kind === "query" ? mingoQuery(c) : mingoUpdateCase(c));
-const patched = (c, set) => (c.kind === "query" ? patchedQuery(c, set) : patchedUpdate(c, set));
+const mingoAnswer = (c) =>
+  c.kind === "query" ? mingoQuery(c) : c.kind === "update" ? mingoUpdateCase(c) : patchedPipeline(c, new Set());
+const patched = (c, set) =>
+  c.kind === "query" ? patchedQuery(c, set) : c.kind === "update" ? patchedUpdate(c, set) : patchedPipeline(c, set);
 
 /**
  * null when mingo and Herald agree; otherwise {explainedBy: [ids]} or {explainedBy: null}.
  */
 function judge(c, m, h) {
+  h = normalized(c, h);
   if (sameAnswer(c.kind, m, h)) return null;
   const entries = KNOWN_DIVERGENCES.filter((d) => d.kind === c.kind && (!d.relevant || d.relevant(c)));
   for (const d of entries) if (d.test(c, m, h)) return { explainedBy: [d.id] };
@@ -198,6 +220,10 @@ async function shrink(ev, c) {
 
 function report(c, m, h) {
   const base = { case: c.name, seed: SEED };
+  if (c.kind === "pipeline") {
+    return `{"case":${JSON.stringify(base.case)},"seed":${base.seed},"ordered":${c.ordered},"docs":${c.docsText},` +
+      `"pipeline":${c.pipelineText},"mingo":${JSON.stringify(m)},"herald":${JSON.stringify(normalized(c, h))}}`;
+  }
   const model = c.kind === "query" ? refQuery(JSON.parse(c.docsText), JSON.parse(c.queryText)) : refUpdate(JSON.parse(c.docText), JSON.parse(c.updateText));
   if (c.kind === "query") {
     return `{"case":${JSON.stringify(base.case)},"seed":${base.seed},"docs":${c.docsText},"query":${c.queryText},` +
@@ -215,8 +241,8 @@ async function main() {
 
   let names;
   if (ONLY_CASE) {
-    if (!/^[qu]\d+$/.test(ONLY_CASE)) {
-      console.error("DIFF_CASE must look like q17 or u3");
+    if (!/^[qup]\d+$/.test(ONLY_CASE)) {
+      console.error("DIFF_CASE must look like q17, u3 or p5");
       process.exit(2);
     }
     names = [ONLY_CASE];
@@ -224,8 +250,10 @@ async function main() {
     names = [];
     for (let i = 0; i < Q_CASES; i++) names.push(`q${i}`);
     for (let i = 0; i < U_CASES; i++) names.push(`u${i}`);
+    for (let i = 0; i < P_CASES; i++) names.push(`p${i}`);
   }
-  console.log(`cases: ${names.filter((n) => n[0] === "q").length} query + ${names.filter((n) => n[0] === "u").length} update`);
+  const count = (k) => names.filter((n) => n[0] === k).length;
+  console.log(`cases: ${count("q")} query + ${count("u")} update + ${count("p")} pipeline`);
 
   if (!env.HERALD_EVAL && !existsSync(DEFAULT_BINARY)) {
     console.log(`\nFATAL: ${DEFAULT_BINARY} does not exist.`);
@@ -237,6 +265,7 @@ async function main() {
   const stats = {
     query: { run: 0, agreed: 0, bothError: 0, explained: 0, unexplained: 0 },
     update: { run: 0, agreed: 0, bothError: 0, explained: 0, unexplained: 0 },
+    pipeline: { run: 0, agreed: 0, bothError: 0, explained: 0, unexplained: 0 },
   };
   const byClassifier = new Map(KNOWN_DIVERGENCES.map((d) => [d.id, 0]));
   const combos = new Map();
@@ -278,7 +307,7 @@ async function main() {
 
   try {
     for (const name of names) {
-      const c = name[0] === "q" ? makeQueryCase(Number(name.slice(1))) : makeUpdateCase(Number(name.slice(1)));
+      const c = makeCase(name);
       inflight.push(process1(c, ev.ask(c.line)));
       if (inflight.length >= WINDOW) await inflight.shift();
     }
@@ -291,6 +320,7 @@ async function main() {
   const shown = [];
   if (!fatal) {
     failures.sort((x, y) => cmpStr(x.c.name[0], y.c.name[0]) || Number(x.c.name.slice(1)) - Number(y.c.name.slice(1)));
+    // (pipeline cases are not shrunk: shrink() returns them as they are)
     for (const f of failures.slice(0, MAX_SHOWN)) {
       try {
         const small = await shrink(ev, f.c);
@@ -319,30 +349,33 @@ async function main() {
   // summary table
   const q = stats.query;
   const u = stats.update;
-  const row = (label, a, b) => console.log(`${label.padEnd(44)}${String(a).padStart(8)}${String(b).padStart(8)}`);
+  const p = stats.pipeline;
+  const row = (label, a, b, c) =>
+    console.log(`${label.padEnd(44)}${String(a).padStart(8)}${String(b).padStart(8)}${String(c).padStart(10)}`);
   console.log("\nSUMMARY");
-  row("", "query", "update");
-  row("cases run", q.run, u.run);
-  row("agreed", q.agreed, u.agreed);
-  row("  of which both rejected the case", q.bothError, u.bothError);
-  row("explained divergences", q.explained, u.explained);
+  row("", "query", "update", "pipeline");
+  row("cases run", q.run, u.run, p.run);
+  row("agreed", q.agreed, u.agreed, p.agreed);
+  row("  of which both rejected the case", q.bothError, u.bothError, p.bothError);
+  row("explained divergences", q.explained, u.explained, p.explained);
   for (const d of KNOWN_DIVERGENCES) {
     const n = byClassifier.get(d.id);
-    if (n) row(`  ${d.id} [${d.side}]`, d.kind === "query" ? n : "", d.kind === "update" ? n : "");
+    const at = (k) => (d.kind === k ? n : "");
+    if (n) row(`  ${d.id} [${d.side}]`, at("query"), at("update"), at("pipeline"));
   }
   if (combos.size) {
     console.log("  (cases needing several entries at once:)");
     for (const [k, n] of [...combos].sort((a, b) => b[1] - a[1])) console.log(`    ${n} × ${k}`);
   }
-  row("unexplained divergences", q.unexplained, u.unexplained);
+  row("unexplained divergences", q.unexplained, u.unexplained, p.unexplained);
   console.log(`time ${((Date.now() - started) / 1000).toFixed(1)} s`);
 
   if (fatal) {
     console.log(`\nFATAL: ${fatal}`);
     process.exit(1);
   }
-  const bad = q.unexplained + u.unexplained;
-  const total = q.run + u.run;
+  const bad = q.unexplained + u.unexplained + p.unexplained;
+  const total = q.run + u.run + p.run;
   // a plain closing line that CI runners understand
   console.log(`\ndifferential: ${total - bad} passed, ${bad} failed`);
   process.exit(bad ? 1 : 0);

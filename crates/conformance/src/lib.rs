@@ -1,18 +1,23 @@
 //! Runs Herald's language-neutral conformance vectors (`testdata/conformance/*.json`) against the
-//! Rust query core, and evaluates single cases for the differential test against `mingo`.
+//! Rust query core (queries, aggregation pipelines, updates), and evaluates single cases for the differential test against `mingo`.
 //!
 //! A case is evaluated by [`eval`] into an answer object; [`check_case`] compares that answer with
 //! the case's expectation. The file format is documented in `testdata/conformance/README.md`.
 
+use herald_query::pipeline::Pipeline;
 use herald_query::{Filter, Query, Update};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
-/// Evaluates one request: a query case (`docs` + `query`), an update case (`doc` + `update`), or
-/// an upsert case (`filter` + `update` + `upsert`). Returns `{"ids","docs"}`, `{"doc"}` or
-/// `{"error","message"}`.
+/// Evaluates one request: a query case (`docs` + `query`), a pipeline case (`docs` +
+/// `pipeline`), an update case (`doc` + `update`), or an upsert case (`filter` + `update` +
+/// `upsert`). Returns `{"ids","docs"}`, `{"docs"}`, `{"doc"}` or `{"error","message"}`.
 pub fn eval(req: &Value) -> Value {
     let now = req.get("now").and_then(Value::as_i64).unwrap_or(0);
+    if let Some(pipeline) = req.get("pipeline") {
+        let docs = req.get("docs").and_then(Value::as_array).cloned();
+        return eval_pipeline(pipeline, docs.unwrap_or_default());
+    }
     if let Some(docs) = req.get("docs") {
         let docs = docs.as_array().cloned().unwrap_or_default();
         let query = match Query::parse(req.get("query").unwrap_or(&Value::Null)) {
@@ -41,6 +46,20 @@ pub fn eval(req: &Value) -> Value {
     };
     match result {
         Ok(doc) => json!({ "doc": doc }),
+        Err(e) => error(e.code(), &e.to_string()),
+    }
+}
+
+/// Runs a pipeline as the server does: its head as a query over the collection (so the input is
+/// in `_id` order unless the head sorts), the rest in memory.
+fn eval_pipeline(spec: &Value, docs: Vec<Value>) -> Value {
+    let pipeline = match Pipeline::parse(spec) {
+        Ok(p) => p,
+        Err(e) => return error(e.code(), &e.to_string()),
+    };
+    let (head, covered) = pipeline.head_query(usize::MAX);
+    match pipeline.run_from(covered, head.run(&docs)) {
+        Ok(out) => json!({ "docs": out }),
         Err(e) => error(e.code(), &e.to_string()),
     }
 }

@@ -3,6 +3,7 @@
 //! new variant does not compile until it has a kind here, and the fixture test then fails until
 //! the kind has a fixture file.
 
+use crate::{AggregateBody, AggregateExplain, AggregateReply};
 use crate::{
     ChangeEvent, ClientMessage, CommitBody, CommitReply, DeadLetters, DeadSelection, Decode,
     ErrorBody, ExemptionsBody, Explain, IndexBody, IndexInfo, IndexList, KeyBody, ProtocolError,
@@ -54,6 +55,9 @@ kinds! {
     Write = "write",
     HttpQuery = "http.query",
     HttpQueryReply = "http.queryReply",
+    HttpAggregate = "http.aggregate",
+    HttpAggregateReply = "http.aggregateReply",
+    AggregateExplain = "aggregateExplain",
     HttpCommit = "http.commit",
     HttpCommitReply = "http.commitReply",
     HttpBulkLine = "http.bulkLine",
@@ -157,6 +161,9 @@ pub fn round_trip(kind: Kind, v: Value) -> Result<Value, ProtocolError> {
         Kind::Write | Kind::HttpBulkLine => plain::<Write>(v),
         Kind::HttpQuery => plain::<QueryBody>(v),
         Kind::HttpQueryReply => plain::<QueryReply>(v),
+        Kind::HttpAggregate => plain::<AggregateBody>(v),
+        Kind::HttpAggregateReply => plain::<AggregateReply>(v),
+        Kind::AggregateExplain => plain::<AggregateExplain>(v),
         Kind::HttpCommit => {
             let (c, out) = again::<CommitBody>(v)?;
             for (i, item) in c.writes.iter().enumerate() {

@@ -23,6 +23,7 @@
 //! their types into these.
 
 pub mod admin;
+pub mod aggregate;
 pub mod client;
 pub mod decode;
 pub mod error;
@@ -38,6 +39,7 @@ pub mod write;
 pub use admin::{
     DeadSelection, ExemptionsBody, IndexBody, IndexField, KeyBody, TriggerBody, Webhook,
 };
+pub use aggregate::{AggregateBody, AggregateExplain, AggregateReply};
 pub use client::{ClientMessage, Subscribe, WriteRequest};
 pub use decode::{Decode, ProtocolError};
 pub use error::{error_code_rows, ErrorBody, ErrorCode, ErrorCodeRow, ErrorDetail, UnknownCode};

@@ -30,6 +30,8 @@ pub enum QueryError {
     BadQuery(String),
     #[error("limit exceeded: {0}")]
     LimitExceeded(String),
+    #[error("bad pipeline: {0}")]
+    BadPipeline(String),
 }
 
 impl QueryError {
@@ -45,6 +47,7 @@ impl QueryError {
             QueryError::BadProjection(_) => "bad_projection",
             QueryError::BadQuery(_) => "bad_query",
             QueryError::LimitExceeded(_) => "limit_exceeded",
+            QueryError::BadPipeline(_) => "bad_pipeline",
         }
     }
 

@@ -1,5 +1,5 @@
 //! Herald's query language core: MongoDB-compatible filters, sort, skip/limit, projection and
-//! update operators over JSON documents.
+//! update operators, and aggregation pipelines over JSON documents.
 //!
 //! Everything here is pure: no IO, no async, no clocks (callers pass `now` in), deterministic.
 //! Queries are parsed once into typed plans ([`Filter`], [`Sort`], [`Projection`], [`Update`])
@@ -16,6 +16,7 @@ mod error;
 mod filter;
 pub mod limits;
 mod parse;
+pub mod pipeline;
 mod projection;
 mod query;
 mod regex;

@@ -21,3 +21,20 @@ pub const PROJECTION_FIELDS_MAX: usize = 256;
 pub const UPDATE_PATHS_MAX: usize = 1024;
 /// Longest `$each` list of `$push` / `$addToSet`.
 pub const EACH_VALUES_MAX: usize = 10_000;
+
+// Aggregation pipelines (`pipeline/`). Every stage that holds documents is bounded, so one
+// request cannot make the server hold more than these figures (plus the head query's result).
+
+/// Most stages in one pipeline.
+pub const PIPELINE_STAGES_MAX: usize = 64;
+/// Most groups one `$group` stage may hold.
+pub const GROUPS_MAX: usize = 100_000;
+/// Most elements in the array one `$push` / `$addToSet` builds for one group.
+pub const ACC_ARRAY_VALUES_MAX: usize = 10_000;
+/// Largest array one `$push` / `$addToSet` builds for one group, in (estimated) bytes.
+pub const ACC_ARRAY_BYTES_MAX: usize = 16 << 20;
+/// Most documents `$unwind` makes of one input document.
+pub const UNWIND_OUTPUT_MAX: usize = 10_000;
+/// Most bytes (estimated) a blocking stage (`$sort`, `$group`) holds at once, and the most bytes
+/// any stage's output may hold (pull evaluation materializes each stage's output).
+pub const BLOCKING_STAGE_BYTES_MAX: usize = 64 << 20;

@@ -1,8 +1,10 @@
-//! Property tests of the query core: complementary filters, sort order, and updates that the
-//! filter describing them then matches. Case counts scale with `HERALD_PROPTEST_CASES`
+//! Property tests of the query core: complementary filters, sort order, updates that the
+//! filter describing them then matches, and aggregation pipelines (the head-query split the server
+//! uses agrees with the whole pipeline; order-insensitive accumulators ignore input order). Case counts scale with `HERALD_PROPTEST_CASES`
 //! (default 256 per property; the slow suite runs more).
 
-use herald_query::{Filter, Sort, Update};
+use herald_query::pipeline::Pipeline;
+use herald_query::{Filter, Query, Sort, Update};
 use herald_value::{compare, Map, Value};
 use proptest::prelude::*;
 use serde_json::json;
@@ -98,8 +100,67 @@ fn sort_spec() -> impl Strategy<Value = Value> {
     })
 }
 
+/// A pipeline whose head (a `$match`, `$sort`, `$skip`, `$limit`, each maybe) a database can run
+/// as a query, followed by a `$group` over the result.
+fn head_and_group() -> impl Strategy<Value = Value> {
+    (
+        prop::option::of(filter()),
+        prop::option::of(sort_spec()),
+        prop::option::of(0usize..4),
+        prop::option::of(1usize..6),
+        prop::sample::select(vec!["$a", "$b", "$a.b"]),
+    )
+        .prop_map(|(f, s, skip, limit, key)| {
+            let mut stages = Vec::new();
+            if let Some(f) = f {
+                stages.push(json!({ "$match": f }));
+            }
+            if let Some(s) = s {
+                stages.push(json!({ "$sort": s }));
+            }
+            if let Some(n) = skip {
+                stages.push(json!({ "$skip": n }));
+            }
+            if let Some(n) = limit {
+                stages.push(json!({ "$limit": n }));
+            }
+            stages.push(
+                json!({"$group": {"_id": key, "n": {"$sum": 1}, "f": {"$first": "$_id"},
+                "p": {"$push": "$c"}, "lo": {"$min": "$b"}}}),
+            );
+            Value::Array(stages)
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    /// Running the pipeline's head as a query and the rest in memory (what the server does)
+    /// gives the whole pipeline's answer over the collection in `_id` order.
+    #[test]
+    fn pipeline_head_query_split_agrees_with_the_whole_pipeline(spec in head_and_group(), ds in docs()) {
+        let p = Pipeline::parse(&spec).unwrap();
+        let (q, covered): (Query, usize) = p.head_query(usize::MAX);
+        let split = p.run_from(covered, q.run(&ds)).unwrap();
+        prop_assert_eq!(split, p.run(ds).unwrap());
+    }
+
+    /// `$sum`, `$min`, `$max` and `$count` do not depend on the input order, and neither does the
+    /// order of `$group`'s output.
+    #[test]
+    fn order_insensitive_accumulators_ignore_input_order(ds in docs(), seed in any::<u64>(), key in prop::sample::select(vec!["$a", "$b", "$a.b"])) {
+        let p = Pipeline::parse(&json!([{"$group": {"_id": key, "n": {"$count": {}},
+            "s": {"$sum": "$c"}, "lo": {"$min": "$b"}, "hi": {"$max": "$a"}}}])).unwrap();
+        let mut shuffled = ds.clone();
+        let mut x = seed | 1;
+        for i in (1..shuffled.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            shuffled.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        prop_assert_eq!(p.run(shuffled).unwrap(), p.run(ds).unwrap());
+    }
 
     /// A filter and its `$nor` partition every set of documents.
     #[test]

@@ -172,6 +172,7 @@ export function sameAnswer(kind, x, y) {
   const ex = x.error !== undefined;
   const ey = y.error !== undefined;
   if (ex || ey) return ex && ey;
+  if (kind === "pipeline") return Array.isArray(x.docs) && Array.isArray(y.docs) && deepEqual(x.docs, y.docs);
   if (kind === "query") {
     if (!Array.isArray(x.ids) || !Array.isArray(y.ids)) return false;
     if (!deepEqual(x.ids, y.ids, true)) return false;

@@ -38,6 +38,7 @@ export const ERROR_CODES = {
   bad_sort: { http: 400, wsClose: null, retryable: false },
   bad_projection: { http: 400, wsClose: null, retryable: false },
   bad_query: { http: 400, wsClose: null, retryable: false },
+  bad_pipeline: { http: 400, wsClose: null, retryable: false },
   limit_exceeded: { http: 400, wsClose: null, retryable: false },
   result_too_large: { http: 400, wsClose: null, retryable: false },
   bad_update: { http: 400, wsClose: null, retryable: false },

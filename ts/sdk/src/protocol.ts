@@ -894,6 +894,8 @@ export const decodeStateDigest = exact<StateDigest>("state digest", {
 export const HTTP_REPLY_DECODERS = {
   commitReply: decodeCommitResult,
   queryReply: decodeQueryResult,
+  // `POST /v1/aggregate` answers in the query answer's shape (its explain differs; not decoded).
+  aggregateReply: decodeQueryResult,
   indexInfo: decodeIndexInfo,
   indexList: decodeIndexList,
   triggerInfo: decodeTriggerInfo,
@@ -922,6 +924,7 @@ export const HTTP_REPLY_DECODERS = {
  * has their shape). */
 export const HTTP_REQUEST_KINDS = [
   "query",
+  "aggregate",
   "commit",
   "bulkLine",
   "index",

@@ -63,15 +63,23 @@ test("every conformance vector passes", () => {
       .filter((f) => f.endsWith(".json"))
       .sort();
     let cases = 0;
+    // Aggregation pipelines run on the server only: the SDK has no pipeline evaluator, so their
+    // vectors are skipped here, explicitly and counted (crates/conformance runs them).
+    let skippedPipelines = 0;
     const failures: string[] = [];
     for (const f of files) {
       const file = parseLossless(readFileSync(join(DIR, f), "utf8")) as Doc;
       for (const c of file.cases as Doc[]) {
+        if (c.pipeline !== undefined) {
+          skippedPipelines++;
+          continue;
+        }
         cases++;
         const why = checkCase(c);
         if (why !== undefined) failures.push(`${f} / ${String(c.name)}: ${why}`);
       }
     }
+    console.log(`conformance: skipped ${skippedPipelines} pipeline vectors (no pipeline evaluator in the SDK)`);
     assert.ok(cases >= 800, `only ${cases} vectors found in ${DIR}`);
     assert.deepEqual(failures, [], `${failures.length} of ${cases} vectors failed`);
   } finally {

@@ -93,11 +93,12 @@ test("change events, writes, error bodies and the HTTP answers the SDK reads", (
     // `replayed` is checked and dropped: compare without it.
     return (v as { replayed?: boolean }).replayed === undefined ? r : { ...r, replayed: true };
   });
-  check("http.queryReply", fixture("http.queryReply.json"), (v) => {
-    const r = decodeQueryResult(v);
-    const explain = (v as { explain?: unknown }).explain;
-    return explain === undefined ? r : { ...r, explain };
-  });
+  for (const kind of ["queryReply", "aggregateReply"])
+    check(`http.${kind}`, fixture(`http.${kind}.json`), (v) => {
+      const r = decodeQueryResult(v);
+      const explain = (v as { explain?: unknown }).explain;
+      return explain === undefined ? r : { ...r, explain };
+    });
   // Every change kind of the union is shown by some valid example.
   const seen = new Set<string>();
   for (const c of fixture("change.json").valid) seen.add((c as { kind: string }).kind);
@@ -110,9 +111,9 @@ test("HTTP bodies: every fixture is a request body the SDK sends or an answer it
   const files = family("http");
   const replies = Object.keys(HTTP_REPLY_DECODERS);
   sameKinds("http", files, [...replies, ...HTTP_REQUEST_KINDS]);
-  // commitReply and queryReply drop a member; the test above checks them.
+  // commitReply, queryReply and aggregateReply drop a member; the test above checks them.
   for (const [kind, decode] of Object.entries(HTTP_REPLY_DECODERS))
-    if (kind !== "commitReply" && kind !== "queryReply") check(`http.${kind}`, files.get(kind)!, decode);
+    if (!["commitReply", "queryReply", "aggregateReply"].includes(kind)) check(`http.${kind}`, files.get(kind)!, decode);
 });
 
 test("errorCodes.ts and limits.ts are generated from the fixtures' error table and limits", () => {

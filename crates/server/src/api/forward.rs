@@ -34,13 +34,13 @@ pub const FORWARDED_HEADER: &str = "herald-forwarded";
 const ANSWER_BYTES_MAX: usize = 1 << 20;
 
 /// Whether a request writes: every PUT, POST, PATCH and DELETE under `/v1/` except
-/// `POST /v1/query` (a read with a body).
+/// `POST /v1/query` and `POST /v1/aggregate` (reads with a body).
 pub fn is_write(method: &Method, path: &str) -> bool {
     let writes = matches!(
         *method,
         Method::PUT | Method::POST | Method::PATCH | Method::DELETE
     );
-    writes && path.starts_with("/v1/") && path != "/v1/query"
+    writes && path.starts_with("/v1/") && path != "/v1/query" && path != "/v1/aggregate"
 }
 
 /// Headers that belong to one connection (RFC 9110 section 7.6.1) or that the forwarding
@@ -190,6 +190,7 @@ mod tests {
         assert!(is_write(&Method::POST, "/v1/triggers/t/dead/retry"));
         assert!(is_write(&Method::DELETE, "/v1/keys/k1"));
         assert!(!is_write(&Method::POST, "/v1/query"));
+        assert!(!is_write(&Method::POST, "/v1/aggregate"));
         assert!(!is_write(&Method::GET, "/v1/docs/c/a"));
         assert!(!is_write(&Method::GET, "/v1/ws"));
         assert!(!is_write(&Method::POST, "/console/x"));

@@ -1,5 +1,6 @@
 //! The HTTP API under `/v1`: routes, and the fallbacks that keep every error JSON.
 
+pub mod aggregate;
 pub mod auth;
 pub mod body;
 pub mod bulk;
@@ -62,6 +63,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/collections", get(collections::list))
         .route("/v1/query", post(query::query))
+        .route("/v1/aggregate", post(aggregate::aggregate))
         .route("/v1/ws", get(live::ws))
         .route("/v1/subscribe", get(live::sse))
         .route("/v1/commit", post(commit::commit))

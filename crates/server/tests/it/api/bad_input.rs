@@ -818,6 +818,18 @@ async fn every_returned_code_is_in_the_protocol_table() {
         .query(json!({"collection": "many", "limit": 10_000}))
         .await;
     assert_eq!(ok["docs"].as_array().unwrap().len(), 10_000);
+    // An aggregation's input is that query: past the cap it is refused, narrowed it runs.
+    let agg = |pipeline: Value| {
+        let body = json!({"collection": "many", "pipeline": pipeline});
+        let s = &s;
+        async move { s.json(Method::POST, "/v1/aggregate", &body).await }
+    };
+    let r = agg(json!([{"$count": "n"}])).await;
+    assert!(r.text.contains("$match"), "{}", r.text);
+    got.push(r);
+    let r = agg(json!([{"$match": {"i": {"$lt": 100}}}, {"$count": "n"}])).await;
+    assert_eq!(r.ok(200)["docs"], json!([{"n": 100}]));
+    got.push(agg(json!([{"$group": {"n": {"$sum": 1}}}])).await);
 
     let codes: std::collections::BTreeSet<&str> = got.iter().filter_map(Resp::code).collect();
     for r in &got {
@@ -848,6 +860,7 @@ async fn every_returned_code_is_in_the_protocol_table() {
         "bad_sort",
         "bad_projection",
         "bad_query",
+        "bad_pipeline",
         "limit_exceeded",
         "result_too_large",
         "bad_update",

@@ -9,6 +9,7 @@
 //! (bad inputs and the error-code table), `binary.rs` (the `herald` binary itself), `console.rs`
 //! (the web console's routes, the collections list, the notification latency metric).
 
+mod aggregate;
 mod bad_input;
 mod binary;
 mod console;
