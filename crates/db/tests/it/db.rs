@@ -473,9 +473,11 @@ fn planner_uses_indexes_and_explains() {
         plan_of(json!({"filter": {"n": {"$gt": 50}}, "sort": {"n": -1}, "limit": 3})),
         "ordered_index"
     );
-    assert_eq!(
+    // (Which unordered plan wins is the estimate's call: 142 entries and documents through
+    // the index cost more than reading the 200 documents.)
+    assert_ne!(
         plan_of(json!({"filter": {"tags": {"$gt": "t1"}}, "sort": {"tags": 1}})),
-        "index",
+        "ordered_index",
         "multikey paths never give order"
     );
     assert_eq!(plan_of(json!({"filter": {"n": null}})), "collection_scan");

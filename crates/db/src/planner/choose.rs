@@ -1,0 +1,281 @@
+//! Picking a plan by an estimate of what it examines (index entries plus documents).
+//!
+//! The statistics are read from the snapshot the query runs on, when planning, by counting
+//! index entries in each candidate's ranges, never more than the best plan so far would examine
+//! (branch and bound), and at most [`PROBE_KEYS_MAX`]: so a count is exact when small and a
+//! lower bound ("at least") when cut off. Nothing is maintained on the write path: the
+//! statistics cost the write path nothing and are never stale. Estimates:
+//!
+//! - point reads of `n` ids: `n` documents;
+//! - index ranges (fetch, filter, sort): `n` entries and `n` documents, `n` counted;
+//! - an ordered scan whose entries all match (the filter is exactly its equalities): skip +
+//!   limit entries and documents; without a limit, the entries counted;
+//! - a collection scan: the documents counted (up to the best so far);
+//! - an ordered scan with other predicates, and an intersection, depend on how many entries
+//!   match, which counting cannot tell: they get a lower bound, and when it beats the best
+//!   estimate they are *tried* first with the best estimate as budget, abandoned past it (the
+//!   best plan then runs): a wrong guess costs at most twice the best estimate.
+
+use super::ranges::only_conjuncts;
+use super::Plan;
+use crate::error::DbError;
+use crate::layout::collection_prefix;
+use herald_query::{Direction, Query};
+use herald_storage::{ReadTxn, Table};
+
+/// Most index entries (or documents) counted for one estimate when no plan bounds it yet.
+pub const PROBE_KEYS_MAX: u64 = 10_000;
+/// Most documents counted for a collection scan's estimate when no plan bounds it.
+const PROBE_DOCS_MAX: u64 = 1_000;
+
+/// Estimated index entries and documents a plan examines; `at_least` when a count was cut off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Estimate {
+    pub keys: u64,
+    pub docs: u64,
+    pub at_least: bool,
+}
+
+impl Estimate {
+    pub fn cost(&self) -> u64 {
+        self.keys.saturating_add(self.docs)
+    }
+}
+
+/// The plan to run, and what was considered.
+#[derive(Debug)]
+pub struct Chosen {
+    pub plan: Plan,
+    pub estimate: Estimate,
+    /// A plan to try first, abandoned once it has examined `budget` entries and documents
+    /// (`None`: never), with its lower-bound estimate.
+    pub trial: Option<(Plan, Estimate, Option<u64>)>,
+    /// The other plans, with their estimates.
+    pub others: Vec<(Plan, Estimate)>,
+    /// Index entries and documents counted while estimating.
+    pub sampled: usize,
+}
+
+enum Guess {
+    Certain(Estimate),
+    /// A lower bound: the plan's cost depends on how many of its entries match.
+    Trial(Estimate),
+}
+
+struct Counter<'r> {
+    read: &'r ReadTxn,
+    sampled: usize,
+}
+
+impl Counter<'_> {
+    /// Index entries in the ranges, counted up to `cap`.
+    fn keys<'a>(
+        &mut self,
+        ranges: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+        cap: u64,
+    ) -> Result<(u64, bool), DbError> {
+        let mut n = 0u64;
+        for (start, end) in ranges {
+            for entry in self.read.range(Table::Index, start..end)? {
+                entry?;
+                if n >= cap {
+                    return Ok((n, true));
+                }
+                n += 1;
+                self.sampled += 1;
+            }
+        }
+        Ok((n, false))
+    }
+
+    fn docs(&mut self, collection: &str, cap: u64) -> Result<(u64, bool), DbError> {
+        let mut n = 0u64;
+        for entry in self
+            .read
+            .prefix(Table::Docs, &collection_prefix(collection))?
+        {
+            entry?;
+            if n >= cap {
+                return Ok((n, true));
+            }
+            n += 1;
+            self.sampled += 1;
+        }
+        Ok((n, false))
+    }
+}
+
+/// Estimates every candidate (from `planner::candidates`) on the snapshot the query will
+/// read and picks the cheapest; see the module comment.
+pub fn choose(
+    read: &ReadTxn,
+    collection: &str,
+    query: &Query,
+    mut plans: Vec<Plan>,
+) -> Result<Chosen, DbError> {
+    // Cheap certain plans first, so their estimates bound the counting of the others.
+    plans.sort_by_key(order);
+    let mut counter = Counter { read, sampled: 0 };
+    let mut best: Option<(usize, Estimate)> = None;
+    let mut guesses = Vec::with_capacity(plans.len());
+    for (i, p) in plans.iter().enumerate() {
+        let cap = best.map(|(_, e): (usize, Estimate)| e.cost());
+        let g = guess(&mut counter, collection, query, p, cap)?;
+        if let Guess::Certain(e) = &g {
+            if best.is_none_or(|(_, b)| e.cost() < b.cost()) {
+                best = Some((i, *e));
+            }
+        }
+        guesses.push(g);
+    }
+    let (best_i, best_e) = best.expect("the collection scan is certain");
+    let budget = (!best_e.at_least).then_some(best_e.cost());
+    let trial = guesses
+        .iter()
+        .enumerate()
+        .filter_map(|(i, g)| match g {
+            Guess::Trial(e) if e.cost() < best_e.cost() => Some((i, *e)),
+            _ => None,
+        })
+        .min_by_key(|(_, e)| e.cost());
+    let mut chosen = None;
+    let mut tried = None;
+    let mut others = Vec::new();
+    for (i, (p, g)) in plans.into_iter().zip(guesses).enumerate() {
+        let e = match g {
+            Guess::Certain(e) | Guess::Trial(e) => e,
+        };
+        if i == best_i {
+            chosen = Some(p);
+        } else if trial.is_some_and(|(t, _)| t == i) {
+            tried = Some((p, e, budget));
+        } else {
+            others.push((p, e));
+        }
+    }
+    Ok(Chosen {
+        plan: chosen.expect("best is a candidate"),
+        estimate: best_e,
+        trial: tried,
+        others,
+        sampled: counter.sampled,
+    })
+}
+
+fn order(p: &Plan) -> u8 {
+    match p {
+        Plan::Ids(_) => 0,
+        Plan::Ordered(o) if o.exact => 1,
+        Plan::Index { .. } => 2,
+        Plan::Union(_) => 3,
+        Plan::Ordered(_) | Plan::Intersect { .. } => 4,
+        Plan::Scan => 5,
+    }
+}
+
+/// The estimate of one plan, counting up to `bound` (the best estimate so far) when given.
+fn guess(
+    c: &mut Counter<'_>,
+    collection: &str,
+    query: &Query,
+    p: &Plan,
+    bound: Option<u64>,
+) -> Result<Guess, DbError> {
+    let cap = bound.unwrap_or(PROBE_KEYS_MAX);
+    let window = query.limit.map(|l| query.skip.saturating_add(l) as u64);
+    Ok(match p {
+        Plan::Ids(ids) => Guess::Certain(Estimate {
+            keys: 0,
+            docs: ids.len() as u64,
+            at_least: false,
+        }),
+        Plan::Index { ranges, .. } => {
+            let (n, cut) = c.keys(ranges.iter().map(|(s, e)| (&s[..], &e[..])), cap)?;
+            Guess::Certain(Estimate {
+                keys: n,
+                docs: n,
+                at_least: cut,
+            })
+        }
+        Plan::Union(parts) => {
+            let mut sum = Estimate::default();
+            for part in parts {
+                let rest = cap.saturating_sub(sum.cost());
+                match guess(c, collection, query, part, Some(rest))? {
+                    Guess::Certain(e) | Guess::Trial(e) => {
+                        sum.keys += e.keys;
+                        sum.docs += e.docs;
+                        sum.at_least |= e.at_least;
+                    }
+                }
+            }
+            Guess::Certain(sum)
+        }
+        Plan::Intersect { prefixes, .. } => {
+            let mut least: Option<(u64, bool)> = None;
+            for prefix in prefixes {
+                let end = crate::layout::prefix_end(prefix);
+                let n = c.keys([(&prefix[..], &end[..])], cap)?;
+                if least.is_none_or(|l| n.0 < l.0) {
+                    least = Some(n);
+                }
+            }
+            let (n, _) = least.unwrap_or_default();
+            Guess::Trial(Estimate {
+                keys: n,
+                docs: 0,
+                at_least: true,
+            })
+        }
+        Plan::Ordered(o) => {
+            // The null group of an ascending scan is a collection scan read first.
+            let nulls = if o.nulls_by_scan && !o.backward {
+                c.docs(collection, cap)?
+            } else {
+                (0, false)
+            };
+            match window {
+                Some(w) if o.exact => Guess::Certain(Estimate {
+                    keys: w,
+                    docs: w + nulls.0,
+                    at_least: nulls.1,
+                }),
+                Some(w) => Guess::Trial(Estimate {
+                    keys: w,
+                    docs: w + nulls.0,
+                    at_least: true,
+                }),
+                None => {
+                    let streams = o.streams.iter().map(|s| (&s.start[..], &s.end[..]));
+                    let (n, cut) = c.keys(streams, cap)?;
+                    Guess::Certain(Estimate {
+                        keys: n,
+                        docs: n + nulls.0,
+                        at_least: cut || nulls.1,
+                    })
+                }
+            }
+        }
+        Plan::Scan => {
+            // In id order with no filter, the scan stops after the window.
+            let by_id_all = only_conjuncts(query.filter.expr()).is_some_and(|c| c.is_empty())
+                && is_id_order(query);
+            let cap = match window {
+                Some(w) if by_id_all => w,
+                _ => bound.unwrap_or(PROBE_DOCS_MAX),
+            };
+            let (n, cut) = c.docs(collection, cap)?;
+            Guess::Certain(Estimate {
+                keys: 0,
+                docs: n,
+                at_least: cut && !by_id_all,
+            })
+        }
+    })
+}
+
+fn is_id_order(q: &Query) -> bool {
+    let keys = q.sort.keys();
+    keys.len() == 1 && keys[0].path.as_str() == "_id" && keys[0].dir == Direction::Asc
+}
