@@ -191,6 +191,8 @@ fn guess(
             at_least: false,
         }),
         Plan::Index { ranges, .. } => {
+            // Each entry costs a key and a document: past half the bound it cannot win.
+            let cap = bound.map_or(PROBE_KEYS_MAX, |b| b / 2 + 1);
             let (n, cut) = c.keys(ranges.iter().map(|(s, e)| (&s[..], &e[..])), cap)?;
             Guess::Certain(Estimate {
                 keys: n,

@@ -132,6 +132,7 @@ pub enum PlanDescription {
     /// One index in sort order: `merged` ranges merged (one per value of fields bound by
     /// `$in`), backwards when `descending`; the null-or-missing group read by a collection
     /// scan when `nulls_by_scan`.
+    #[serde(rename_all = "camelCase")]
     OrderedIndex {
         index: String,
         descending: bool,

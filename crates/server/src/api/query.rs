@@ -181,15 +181,32 @@ mod tests {
                 Db::OrderedIndex {
                     index: "c:t".into(),
                     descending: true,
+                    merged: 2,
+                    nulls_by_scan: true,
+                },
+                Db::Intersection {
+                    indexes: vec!["f:a".into(), "f:b".into()],
                 },
                 Db::CollectionScan,
             ],
+        };
+        let estimate = herald_db::Estimate {
+            keys: 3,
+            docs: 2,
+            at_least: true,
         };
         let e = herald_db::Explain {
             plan,
             keys_examined: 7,
             docs_examined: 5,
             returned: 4,
+            keys_sampled: 9,
+            estimate: Some(estimate),
+            alternatives: vec![herald_db::Alternative {
+                plan: Db::CollectionScan,
+                estimate,
+                abandoned: true,
+            }],
         };
         let decoded: Explain = serde_json::from_value(serde_json::to_value(&e).unwrap()).unwrap();
         assert_eq!(explain_of(e), decoded);
