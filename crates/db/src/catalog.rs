@@ -148,3 +148,35 @@ impl Catalog {
         self.string_key_bytes_max.unwrap_or(usize::MAX)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A path gives order unless it or a path above it held an array, it held an object, or it
+    /// is multikey or cut; an object above it is fine (`a: {b: 1}` sorts by `a.b` = 1).
+    #[test]
+    fn orders_by_looks_at_the_path_and_the_arrays_above_it() {
+        let cc = CollectionCatalog {
+            arrays: ["a".to_string(), "m.n".to_string()].into(),
+            objects: ["o".to_string(), "m".to_string()].into(),
+            multikey: ["k".to_string()].into(),
+            truncated: ["s".to_string()].into(),
+            ..CollectionCatalog::default()
+        };
+        for (path, orders) in [
+            ("a", false),
+            ("a.b", false),
+            ("m.n.x", false),
+            ("o", false),
+            ("o.x", true),
+            ("m.x", true),
+            ("k", false),
+            ("s", false),
+            ("ab", true),
+            ("t", true),
+        ] {
+            assert_eq!(cc.orders_by(path), orders, "{path}");
+        }
+    }
+}
