@@ -202,6 +202,28 @@ fn equalities_on_two_fields_leapfrog_through_both_indexes() {
     assert!(out.explain.keys_examined < 200, "{:?}", out.explain);
 }
 
+/// Documents written while a path was exempt record no shapes under it; lifting the
+/// exemption rebuilds its index and records the objects and arrays the build meets, so the
+/// rebuilt index does not serve a sort it cannot give.
+#[test]
+fn an_index_rebuilt_after_an_exemption_records_the_shapes_it_meets() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path(), 128);
+    db.set_exemptions("c", vec!["n".into()]).unwrap();
+    db.commit(vec![
+        put("a", json!({"n": 5})),
+        put("b", json!({"n": {"x": 1}})),
+        put("c", json!({"n": 7})),
+    ])
+    .unwrap();
+    db.set_exemptions("c", vec![]).unwrap();
+    wait_ready(&db);
+    // Objects sort after numbers: "b" is first descending.
+    let query = q(json!({"sort": {"n": -1}, "limit": 1}));
+    let out = db.query("c", &query).unwrap();
+    assert_eq!(out.docs[0]["_id"], "b", "{:?}", out.explain);
+}
+
 // ---- Every plan against the reference ----
 
 fn scalar() -> impl Strategy<Value = Value> {
