@@ -114,6 +114,19 @@ pub fn choose(
     query: &Query,
     mut plans: Vec<Plan>,
 ) -> Result<Chosen, DbError> {
+    if plans.len() == 1 {
+        // Nothing to compare (the collection scan alone): no counting.
+        return Ok(Chosen {
+            plan: plans.pop().expect("one plan"),
+            estimate: Estimate {
+                at_least: true,
+                ..Estimate::default()
+            },
+            trial: None,
+            others: vec![],
+            sampled: 0,
+        });
+    }
     // Cheap certain plans first, so their estimates bound the counting of the others.
     plans.sort_by_key(order);
     let mut counter = Counter { read, sampled: 0 };
