@@ -163,7 +163,10 @@ fn in_process(
     let mut rng = fastrand::Rng::with_seed(11);
     let deadline = Instant::now() + Duration::from_secs(opts.secs);
     while Instant::now() < deadline {
-        let body = (shape.body)(rng.usize(0..opts.rooms));
+        let mut body = (shape.body)(rng.usize(0..opts.rooms));
+        if let Some(m) = body.as_object_mut() {
+            m.remove("collection");
+        }
         let q = Query::parse(&body).map_err(|e| e.to_string())?;
         let t = Instant::now();
         let out = db.query("chat", &q).map_err(|e| e.to_string())?;
