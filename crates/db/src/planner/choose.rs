@@ -10,7 +10,9 @@
 //! - index ranges (fetch, filter, sort): `n` entries and `n` documents, `n` counted;
 //! - an ordered scan whose entries all match (the filter is exactly its equalities): skip +
 //!   limit entries and documents; without a limit, the entries counted;
-//! - a collection scan: the documents counted (up to the best so far);
+//! - a collection scan: the documents counted, at most [`SCAN_PROBE_DOCS`]; a larger
+//!   collection is not scanned when another plan exists, and when the only other plan is not a
+//!   trial nothing is counted at all (there is nothing to compare);
 //! - an ordered scan with other predicates, and an intersection, depend on how many entries
 //!   match, which counting cannot tell: they get a lower bound, and when it beats the best
 //!   estimate they are *tried* first with the best estimate as budget, abandoned past it (the
@@ -25,8 +27,9 @@ use herald_storage::{ReadTxn, Table};
 
 /// Most index entries (or documents) counted for one estimate when no plan bounds it yet.
 pub const PROBE_KEYS_MAX: u64 = 10_000;
-/// Most documents counted for a collection scan's estimate when no plan bounds it.
-const PROBE_DOCS_MAX: u64 = 1_000;
+/// Most documents counted for a collection scan's estimate: a larger collection is not scanned
+/// when an index plan exists (counting it would cost what the index plan saves).
+const SCAN_PROBE_DOCS: u64 = 64;
 
 /// Estimated index entries and documents a plan examines; `at_least` when a count was cut off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -61,6 +64,9 @@ enum Guess {
     Certain(Estimate),
     /// A lower bound: the plan's cost depends on how many of its entries match.
     Trial(Estimate),
+    /// A collection scan of a collection larger than [`SCAN_PROBE_DOCS`]: not counted further,
+    /// chosen only when no other plan is certain.
+    Large(Estimate),
 }
 
 struct Counter<'r> {
@@ -127,22 +133,51 @@ pub fn choose(
             sampled: 0,
         });
     }
-    // Cheap certain plans first, so their estimates bound the counting of the others.
+    // Cheap certain plans first, so their estimates bound the counting of the others; the
+    // collection scan (last) is counted first, at most `SCAN_PROBE_DOCS` documents.
     plans.sort_by_key(order);
     let mut counter = Counter { read, sampled: 0 };
-    let mut best: Option<(usize, Estimate)> = None;
+    let scan_i = plans.len() - 1;
+    debug_assert!(matches!(plans[scan_i], Plan::Scan));
+    let scan = guess_scan(&mut counter, collection, query)?;
+    let mut best: Option<(usize, Estimate)> = match &scan {
+        Guess::Certain(e) => Some((scan_i, *e)),
+        _ => None,
+    };
+    // A large collection and one other plan, not a trial: nothing to compare, nothing counted.
+    let triable = plans[..scan_i]
+        .iter()
+        .filter(|p| is_trial(p, query))
+        .count();
+    let count = !(matches!(scan, Guess::Large(_)) && scan_i == 1 && triable == 0);
     let mut guesses = Vec::with_capacity(plans.len());
-    for (i, p) in plans.iter().enumerate() {
-        let cap = best.map(|(_, e): (usize, Estimate)| e.cost());
-        let g = guess(&mut counter, collection, query, p, cap)?;
+    for (i, p) in plans[..scan_i].iter().enumerate() {
+        let g = if count {
+            let cap = best.map(|(_, e): (usize, Estimate)| e.cost());
+            guess(&mut counter, collection, query, p, cap)?
+        } else {
+            Guess::Certain(Estimate {
+                at_least: true,
+                ..Estimate::default()
+            })
+        };
         if let Guess::Certain(e) = &g {
-            if best.is_none_or(|(_, b)| e.cost() < b.cost()) {
+            // Ties go to the index plan over the scan.
+            let better = best
+                .is_none_or(|(j, b)| e.cost() < b.cost() || (j == scan_i && e.cost() == b.cost()));
+            if better {
                 best = Some((i, *e));
             }
         }
         guesses.push(g);
     }
-    let (best_i, best_e) = best.expect("the collection scan is certain");
+    if best.is_none() {
+        if let Guess::Large(e) = &scan {
+            best = Some((scan_i, *e));
+        }
+    }
+    guesses.push(scan);
+    let (best_i, best_e) = best.expect("the collection scan is always a plan");
     let budget = (!best_e.at_least).then_some(best_e.cost());
     let trial = guesses
         .iter()
@@ -157,7 +192,7 @@ pub fn choose(
     let mut others = Vec::new();
     for (i, (p, g)) in plans.into_iter().zip(guesses).enumerate() {
         let e = match g {
-            Guess::Certain(e) | Guess::Trial(e) => e,
+            Guess::Certain(e) | Guess::Trial(e) | Guess::Large(e) => e,
         };
         if i == best_i {
             chosen = Some(p);
@@ -218,7 +253,7 @@ fn guess(
             for part in parts {
                 let rest = cap.saturating_sub(sum.cost());
                 match guess(c, collection, query, part, Some(rest))? {
-                    Guess::Certain(e) | Guess::Trial(e) => {
+                    Guess::Certain(e) | Guess::Trial(e) | Guess::Large(e) => {
                         sum.keys += e.keys;
                         sum.docs += e.docs;
                         sum.at_least |= e.at_least;
@@ -272,22 +307,44 @@ fn guess(
                 }
             }
         }
-        Plan::Scan => {
-            // In id order with no filter, the scan stops after the window.
-            let by_id_all = only_conjuncts(query.filter.expr()).is_some_and(|c| c.is_empty())
-                && is_id_order(query);
-            let cap = match window {
-                Some(w) if by_id_all => w,
-                _ => bound.unwrap_or(PROBE_DOCS_MAX),
-            };
-            let (n, cut) = c.docs(collection, cap)?;
-            Guess::Certain(Estimate {
-                keys: 0,
-                docs: n,
-                at_least: cut && !by_id_all,
-            })
-        }
+        Plan::Scan => unreachable!("guess_scan"),
     })
+}
+
+/// The collection scan: certain when the collection has under [`SCAN_PROBE_DOCS`] documents,
+/// or when it stops after the window (id order, no filter).
+fn guess_scan(c: &mut Counter<'_>, collection: &str, query: &Query) -> Result<Guess, DbError> {
+    let window = query.limit.map(|l| query.skip.saturating_add(l) as u64);
+    let by_id_all =
+        only_conjuncts(query.filter.expr()).is_some_and(|c| c.is_empty()) && is_id_order(query);
+    if let (true, Some(w)) = (by_id_all, window) {
+        let (n, _) = c.docs(collection, w)?;
+        return Ok(Guess::Certain(Estimate {
+            keys: 0,
+            docs: n,
+            at_least: false,
+        }));
+    }
+    let (n, cut) = c.docs(collection, SCAN_PROBE_DOCS)?;
+    let e = Estimate {
+        keys: 0,
+        docs: n,
+        at_least: cut,
+    };
+    Ok(if cut {
+        Guess::Large(e)
+    } else {
+        Guess::Certain(e)
+    })
+}
+
+/// Whether the plan's estimate is only a lower bound (see the module comment).
+fn is_trial(p: &Plan, query: &Query) -> bool {
+    match p {
+        Plan::Intersect { .. } => true,
+        Plan::Ordered(o) => !o.exact && query.limit.is_some(),
+        _ => false,
+    }
 }
 
 fn is_id_order(q: &Query) -> bool {
