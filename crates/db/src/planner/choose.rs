@@ -133,36 +133,37 @@ pub fn choose(
             sampled: 0,
         });
     }
-    // Cheap certain plans first, so their estimates bound the counting of the others; the
-    // collection scan (last) is counted first, at most `SCAN_PROBE_DOCS` documents.
-    plans.sort_by_key(order);
+    // Plans estimated without counting first, then the collection scan (at most
+    // `SCAN_PROBE_DOCS` documents, fewer when a plan is already cheaper), then the plans whose
+    // ranges are counted, each only as far as it could still win.
+    plans.sort_by_key(|p| order(p, query));
     let mut counter = Counter { read, sampled: 0 };
-    let scan_i = plans.len() - 1;
-    debug_assert!(matches!(plans[scan_i], Plan::Scan));
-    let scan = guess_scan(&mut counter, collection, query)?;
-    let mut best: Option<(usize, Estimate)> = match &scan {
-        Guess::Certain(e) => Some((scan_i, *e)),
-        _ => None,
-    };
-    // A large collection and one other plan, not a trial: nothing to compare, nothing counted.
-    let triable = plans[..scan_i]
+    let scan_i = plans
         .iter()
-        .filter(|p| is_trial(p, query))
-        .count();
-    let count = !(matches!(scan, Guess::Large(_)) && scan_i == 1 && triable == 0);
+        .position(|p| matches!(p, Plan::Scan))
+        .expect("the collection scan is always a plan");
+    let triable = plans.iter().filter(|p| is_trial(p, query)).count();
+    let lone = plans.len() == 2 && triable == 0;
+    let mut best: Option<(usize, Estimate)> = None;
+    let mut scan_large = false;
     let mut guesses = Vec::with_capacity(plans.len());
-    for (i, p) in plans[..scan_i].iter().enumerate() {
-        let g = if count {
-            let cap = best.map(|(_, e): (usize, Estimate)| e.cost());
-            guess(&mut counter, collection, query, p, cap)?
-        } else {
+    for (i, p) in plans.iter().enumerate() {
+        let bound = best.map(|(_, e): (usize, Estimate)| e.cost());
+        let g = if i == scan_i {
+            let g = guess_scan(&mut counter, collection, query, bound)?;
+            scan_large = matches!(g, Guess::Large(_));
+            g
+        } else if lone && scan_large {
+            // A large collection and one other plan, not a trial: nothing to compare.
             Guess::Certain(Estimate {
                 at_least: true,
                 ..Estimate::default()
             })
+        } else {
+            guess(&mut counter, collection, query, p, bound)?
         };
         if let Guess::Certain(e) = &g {
-            // Ties go to the index plan over the scan.
+            // Ties go to an index plan over the scan.
             let better = best
                 .is_none_or(|(j, b)| e.cost() < b.cost() || (j == scan_i && e.cost() == b.cost()));
             if better {
@@ -172,11 +173,10 @@ pub fn choose(
         guesses.push(g);
     }
     if best.is_none() {
-        if let Guess::Large(e) = &scan {
+        if let Guess::Large(e) = &guesses[scan_i] {
             best = Some((scan_i, *e));
         }
     }
-    guesses.push(scan);
     let (best_i, best_e) = best.expect("the collection scan is always a plan");
     let budget = (!best_e.at_least).then_some(best_e.cost());
     let trial = guesses
@@ -211,14 +211,15 @@ pub fn choose(
     })
 }
 
-fn order(p: &Plan) -> u8 {
+fn order(p: &Plan, query: &Query) -> u8 {
     match p {
         Plan::Ids(_) => 0,
-        Plan::Ordered(o) if o.exact => 1,
-        Plan::Index { .. } => 2,
-        Plan::Union(_) => 3,
-        Plan::Ordered(_) | Plan::Intersect { .. } => 4,
-        Plan::Scan => 5,
+        Plan::Ordered(o) if o.exact && query.limit.is_some() => 1,
+        Plan::Scan => 2,
+        Plan::Ordered(o) if o.exact => 3,
+        Plan::Index { .. } => 3,
+        Plan::Union(_) => 4,
+        Plan::Ordered(_) | Plan::Intersect { .. } => 5,
     }
 }
 
@@ -313,7 +314,12 @@ fn guess(
 
 /// The collection scan: certain when the collection has under [`SCAN_PROBE_DOCS`] documents,
 /// or when it stops after the window (id order, no filter).
-fn guess_scan(c: &mut Counter<'_>, collection: &str, query: &Query) -> Result<Guess, DbError> {
+fn guess_scan(
+    c: &mut Counter<'_>,
+    collection: &str,
+    query: &Query,
+    bound: Option<u64>,
+) -> Result<Guess, DbError> {
     let window = query.limit.map(|l| query.skip.saturating_add(l) as u64);
     let by_id_all =
         only_conjuncts(query.filter.expr()).is_some_and(|c| c.is_empty()) && is_id_order(query);
@@ -325,7 +331,8 @@ fn guess_scan(c: &mut Counter<'_>, collection: &str, query: &Query) -> Result<Gu
             at_least: false,
         }));
     }
-    let (n, cut) = c.docs(collection, SCAN_PROBE_DOCS)?;
+    let cap = bound.map_or(SCAN_PROBE_DOCS, |b| b.min(SCAN_PROBE_DOCS));
+    let (n, cut) = c.docs(collection, cap)?;
     let e = Estimate {
         keys: 0,
         docs: n,
