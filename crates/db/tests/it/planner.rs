@@ -224,6 +224,58 @@ fn an_index_rebuilt_after_an_exemption_records_the_shapes_it_meets() {
     assert_eq!(out.docs[0]["_id"], "b", "{:?}", out.explain);
 }
 
+/// Without the composite index, "newest of a room" can walk the `ts` index checking the room
+/// of each document: how far it must walk depends on how often the room comes up, which
+/// counting cannot tell, so it is tried with the best certain plan's estimate as budget. It
+/// wins when the room comes up soon enough and is abandoned (the room's index then serves)
+/// when not; the result is the same.
+#[test]
+fn an_ordered_scan_with_a_residual_filter_is_tried_within_a_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path(), 128);
+    chat(&db, 20, 100);
+    // Every 20th message is r3's: 2 of them take ~40 entries and documents, under the 200 of
+    // reading r3's 100 entries and documents.
+    let out = db
+        .query(
+            "c",
+            &q(json!({"filter": {"room": "r3"}, "sort": {"ts": -1}, "limit": 2})),
+        )
+        .unwrap();
+    let ts: Vec<i64> = out.docs.iter().map(|d| d["ts"].as_i64().unwrap()).collect();
+    assert_eq!(ts, [1983, 1963]);
+    assert!(
+        matches!(&out.explain.plan, PlanDescription::OrderedIndex { index, .. } if index == "f:ts"),
+        "{:?}",
+        out.explain
+    );
+    assert!(out.explain.alternatives.iter().all(|a| !a.abandoned));
+    // 20 of them would take ~400: the trial gives up at 200 and the room's index answers.
+    let out = db
+        .query(
+            "c",
+            &q(json!({"filter": {"room": "r3"}, "sort": {"ts": -1}, "limit": 20})),
+        )
+        .unwrap();
+    let ts: Vec<i64> = out.docs.iter().map(|d| d["ts"].as_i64().unwrap()).collect();
+    let want: Vec<i64> = (0..20).map(|k| 1983 - 20 * k).collect();
+    assert_eq!(ts, want);
+    assert_eq!(out.explain.plan.kind(), "index", "{:?}", out.explain);
+    let abandoned: Vec<_> = out
+        .explain
+        .alternatives
+        .iter()
+        .filter(|a| a.abandoned)
+        .map(|a| a.plan.kind())
+        .collect();
+    assert_eq!(abandoned, ["ordered_index"], "{:?}", out.explain);
+    assert!(
+        out.explain.keys_examined + out.explain.docs_examined <= 2 * 200 + 2,
+        "{:?}",
+        out.explain
+    );
+}
+
 // ---- Every plan against the reference ----
 
 fn scalar() -> impl Strategy<Value = Value> {
