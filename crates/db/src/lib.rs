@@ -32,7 +32,7 @@
 //!
 //! The write path runs inside the storage layer's group-commit writer, so every commit is one
 //! storage job: preconditions, documents, index entries, the next `seq`, the commit record,
-//! all-or-nothing. Reads (`exec.rs`) run on one storage snapshot and report the seq they
+//! all-or-nothing. Reads (`planner/`, `exec/`) run on one storage snapshot and report the seq they
 //! reflect. "The commit log no longer reaches back" is an expected outcome
 //! ([`LogRead::Gone`], or [`DbError::LogGone`] where it must be an error), never `corrupt`.
 
