@@ -6,7 +6,8 @@
 //! - [`harness`]: what every workload shares: the server spawner, CPU sampling, the quiet
 //!   machine wait, latency histograms, SVG charts, the capacity search and a lean HTTP client.
 //! - One module per workload: [`http`] (inserts, point reads, range queries), [`live`]
-//!   (live-query notification latency and capacity), [`fanout`] (tweet fan-out: sync, Redis
+//!   (live-query notification latency and capacity), [`planner`] (sorted pages served from
+//!   indexes), [`fanout`] (tweet fan-out: sync, Redis
 //!   queue, triggers), [`cluster`] (cluster mode on Kafka: writes, failover, follower
 //!   reads), [`rockbench`] (data latency under ingestion), [`stream`] (stream
 //!   processor access patterns) and [`insert_load`] (db-layer inserts); [`ingest`] holds what
@@ -21,6 +22,7 @@ pub mod http;
 pub mod ingest;
 pub mod insert_load;
 pub mod live;
+pub mod planner;
 pub mod rockbench;
 pub mod stream;
 

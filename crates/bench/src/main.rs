@@ -459,6 +459,21 @@ enum Command {
         out_dir: Option<PathBuf>,
     },
     /// Durable inserts, point reads and an indexed range query through the HTTP API.
+    /// Sorted pages served from indexes: "newest 50 of a room" and "newest 1 overall" on
+    /// 1,000,000 chat messages with a composite index (room, ts desc), over HTTP and in-process.
+    Planner {
+        /// Messages loaded (through /v1/bulk).
+        #[arg(long, default_value_t = 1_000_000)]
+        docs: usize,
+        /// Rooms the messages are spread over.
+        #[arg(long, default_value_t = 1_000)]
+        rooms: usize,
+        /// Seconds of each measured phase.
+        #[arg(long, default_value_t = 10)]
+        secs: u64,
+        #[arg(long, default_value = "target/bench-results/planner.json")]
+        out: PathBuf,
+    },
     Http {
         #[arg(long, default_value_t = 64)]
         clients: usize,
@@ -827,6 +842,20 @@ fn main() {
                 out_dir,
             };
             run_bench(herald_bench::cluster::run(opts));
+        }
+        Command::Planner {
+            docs,
+            rooms,
+            secs,
+            out,
+        } => {
+            let opts = herald_bench::planner::PlannerBenchOptions {
+                docs,
+                rooms,
+                secs,
+                out,
+            };
+            run_bench(herald_bench::planner::run(opts));
         }
         Command::Http {
             clients,

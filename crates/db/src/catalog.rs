@@ -19,6 +19,11 @@ pub struct Catalog {
     /// entries computed outside the writer are used only if it has not moved since.
     #[serde(skip)]
     pub generation: u64,
+    /// Whether the collections' `arrays` and `objects` record every document's shape: true for
+    /// stores created since they exist. Without it no index provides sort order unless the
+    /// filter holds the sort field to a range of scalars (what the planner did before).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shapes_tracked: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -37,6 +42,15 @@ pub struct CollectionCatalog {
     /// sort order.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub truncated: BTreeSet<String>,
+    /// Paths where some document ever had an array value (empty, nested or not), and paths
+    /// where one had an object value. Sticky like `multikey`. A document's sort key at such a
+    /// path is not the one scalar its index entries place it by (an object sorts after every
+    /// string, an empty array below null, an array by its min or max), so an index serves a
+    /// sort by a path only when neither it nor a path above it is an array and it is no object.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub arrays: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub objects: BTreeSet<String>,
     /// Field paths whose automatic index is being (re)built after an exemption was lifted; the
     /// planner does not use them until the build finishes.
     #[serde(default)]
@@ -93,6 +107,28 @@ impl CollectionCatalog {
     pub fn is_building(&self, path: &str) -> bool {
         covers(&self.building_fields, path)
     }
+
+    /// Whether every document's sort key at `path` is the single scalar (or null, for a missing
+    /// value) its index entries are placed by: no document had an array at the path or above
+    /// it, nor an object at it, nor a cut string. Only meaningful when shapes are tracked.
+    pub fn orders_by(&self, path: &str) -> bool {
+        if self.objects.contains(path)
+            || self.multikey.contains(path)
+            || self.truncated.contains(path)
+        {
+            return false;
+        }
+        let mut above = path;
+        loop {
+            if self.arrays.contains(above) {
+                return false;
+            }
+            match above.rfind('.') {
+                Some(i) => above = &above[..i],
+                None => return true,
+            }
+        }
+    }
 }
 
 /// Whether `paths` holds `path` or a path above it.
@@ -110,5 +146,37 @@ impl Catalog {
     /// The longest string index entries hold whole (unlimited in old stores).
     pub fn key_string_limit(&self) -> usize {
         self.string_key_bytes_max.unwrap_or(usize::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A path gives order unless it or a path above it held an array, it held an object, or it
+    /// is multikey or cut; an object above it is fine (`a: {b: 1}` sorts by `a.b` = 1).
+    #[test]
+    fn orders_by_looks_at_the_path_and_the_arrays_above_it() {
+        let cc = CollectionCatalog {
+            arrays: ["a".to_string(), "m.n".to_string()].into(),
+            objects: ["o".to_string(), "m".to_string()].into(),
+            multikey: ["k".to_string()].into(),
+            truncated: ["s".to_string()].into(),
+            ..CollectionCatalog::default()
+        };
+        for (path, orders) in [
+            ("a", false),
+            ("a.b", false),
+            ("m.n.x", false),
+            ("o", false),
+            ("o.x", true),
+            ("m.x", true),
+            ("k", false),
+            ("s", false),
+            ("ab", true),
+            ("t", true),
+        ] {
+            assert_eq!(cc.orders_by(path), orders, "{path}");
+        }
     }
 }

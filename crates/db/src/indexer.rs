@@ -61,6 +61,10 @@ pub struct Entries {
     pub keys: BTreeSet<Vec<u8>>,
     pub array_paths: BTreeSet<String>,
     pub truncated_paths: BTreeSet<String>,
+    /// Paths where the document has an array, and where it has an object (not the root); see
+    /// `CollectionCatalog::arrays`. Not collected under exempt paths.
+    pub array_nodes: BTreeSet<String>,
+    pub object_nodes: BTreeSet<String>,
 }
 
 /// The index entries of `doc`, strings cut at `string_key_bytes_max` bytes.
@@ -83,6 +87,17 @@ pub fn entries(
             path.push_str(k);
             scalars(v, &mut path, false, &mut |p, v, under_array| {
                 if cat.is_some_and(|c| c.is_exempt(p)) {
+                    return Ok(());
+                }
+                let nodes = match v {
+                    Value::Array(_) => Some(&mut out.array_nodes),
+                    Value::Object(_) => Some(&mut out.object_nodes),
+                    _ => None,
+                };
+                if let Some(nodes) = nodes {
+                    if !nodes.contains(p) {
+                        nodes.insert(p.to_string());
+                    }
                     return Ok(());
                 }
                 // Array elements and cut strings repeat their path: copy it only once.
@@ -120,7 +135,8 @@ fn too_many() -> DbError {
     ))
 }
 
-/// Visits every indexable scalar below `v`, whose path is `path`.
+/// Visits every indexable scalar below `v`, whose path is `path`, and every array and object
+/// (before what is inside them).
 fn scalars(
     v: &Value,
     path: &mut String,
@@ -129,6 +145,7 @@ fn scalars(
 ) -> Result<(), DbError> {
     match v {
         Value::Object(m) => {
+            f(path, v, under_array)?;
             for (k, child) in m {
                 let len = path.len();
                 path.push('.');
@@ -139,6 +156,7 @@ fn scalars(
             Ok(())
         }
         Value::Array(items) => {
+            f(path, v, under_array)?;
             for item in items {
                 match item {
                     // Implicit traversal goes one array deep; nested arrays are not expanded.

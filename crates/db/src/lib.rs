@@ -32,7 +32,7 @@
 //!
 //! The write path runs inside the storage layer's group-commit writer, so every commit is one
 //! storage job: preconditions, documents, index entries, the next `seq`, the commit record,
-//! all-or-nothing. Reads (`exec.rs`) run on one storage snapshot and report the seq they
+//! all-or-nothing. Reads (`planner/`, `exec/`) run on one storage snapshot and report the seq they
 //! reflect. "The commit log no longer reaches back" is an expected outcome
 //! ([`LogRead::Gone`], or [`DbError::LogGone`] where it must be an error), never `corrupt`.
 
@@ -61,8 +61,8 @@ pub use catalog::{CompositeIndex, IndexField, IndexState};
 pub use clock::{Advanced, Clock};
 pub use commitlog::{LogRead, LOG_PRUNE_PER_COMMIT_MAX, LOG_PRUNE_RESCAN_EVERY};
 pub use db::{
-    Db, DbOptions, IndexListing, QueryOutcome, StateDigest, StoredDoc, BUILD_CHUNK_DOCS,
-    COLLECTIONS_LIST_MAX, COMPOSITE_INDEXES_MAX,
+    Db, DbOptions, IndexListing, PlanResult, QueryOutcome, StateDigest, StoredDoc,
+    BUILD_CHUNK_DOCS, COLLECTIONS_LIST_MAX, COMPOSITE_INDEXES_MAX,
 };
 pub use error::DbError;
 pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};
@@ -79,7 +79,7 @@ pub use names::{
     check_collection, check_segment, generate_id, split_document_path, COLLECTION_PATH_BYTES_MAX,
     SEGMENT_BYTES_MAX,
 };
-pub use planner::{Explain, PlanDescription};
+pub use planner::{Alternative, Estimate, Explain, PlanDescription};
 pub use txn::{
     Change, ChangeOp, CommitOutcome, Guard, QueueFull, Refused, Transaction, Write, WriteEffect,
     WriteGuard, WriteResult, COMMIT_WRITES_MAX,

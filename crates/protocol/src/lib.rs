@@ -44,7 +44,10 @@ pub use client::{ClientMessage, Subscribe, WriteRequest};
 pub use decode::{Decode, ProtocolError};
 pub use error::{error_code_rows, ErrorBody, ErrorCode, ErrorCodeRow, ErrorDetail, UnknownCode};
 pub use event::{TriggerEvent, WebhookCall};
-pub use query::{Explain, PlanDescription, QueryBody, QueryParts, QueryReply, SubscribeParams};
+pub use query::{
+    Alternative, Estimate, Explain, PlanDescription, QueryBody, QueryParts, QueryReply,
+    SubscribeParams,
+};
 pub use replies::{
     DeadLetter, DeadLetters, IndexInfo, IndexList, IndexState, TriggerError, TriggerInfo,
     TriggerList, TriggerQueue, TriggerStatus,

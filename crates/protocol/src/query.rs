@@ -128,9 +128,52 @@ impl Decode for QueryReply {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Explain {
     pub plan: PlanDescription,
+    /// Index entries read, including those of an abandoned trial of another plan.
     pub keys_examined: u64,
     pub docs_examined: u64,
     pub returned: u64,
+    /// Index entries and documents counted to estimate the plans.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub keys_sampled: u64,
+    /// The chosen plan's estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<Estimate>,
+    /// The other plans considered, with their estimates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<Alternative>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_one(n: &u64) -> bool {
+    *n == 1
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// What a plan is estimated to examine; `atLeast` when a count stopped early (the true figure
+/// is higher).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Estimate {
+    pub keys: u64,
+    pub docs: u64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub at_least: bool,
+}
+
+/// A plan considered and not used; `abandoned` when it was tried first and gave up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Alternative {
+    pub plan: PlanDescription,
+    pub estimate: Estimate,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abandoned: bool,
 }
 
 impl Decode for Explain {
@@ -147,8 +190,20 @@ pub enum PlanDescription {
     Index { index: String, ranges: u64 },
     /// The union of several plans (`$or`).
     Union { plans: Vec<PlanDescription> },
-    /// One index in sort order, stopping after skip + limit.
-    OrderedIndex { index: String, descending: bool },
+    /// The ids in every one of these indexes' equality ranges (a zig-zag join).
+    Intersection { indexes: Vec<String> },
+    /// One index in sort order, stopping after skip + limit: `merged` ranges merged (one per
+    /// combination of `$in` values), read backwards when `descending`; documents whose sort
+    /// value is null or missing read by a collection scan when `nullsByScan`.
+    #[serde(rename_all = "camelCase")]
+    OrderedIndex {
+        index: String,
+        descending: bool,
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        merged: u64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        nulls_by_scan: bool,
+    },
     /// Every document of the collection. (A struct variant: a unit variant would let unknown
     /// members through.)
     CollectionScan {},

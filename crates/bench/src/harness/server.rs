@@ -244,6 +244,13 @@ impl Server {
         format!("http://{}", self.addr)
     }
 
+    /// Ends the server at once (SIGKILL) and hands back its directory (the database is
+    /// `herald` inside it), removed when the returned value drops.
+    pub fn kill_keeping_data(self) -> tempfile::TempDir {
+        drop(self.proc);
+        self._dir
+    }
+
     /// Ends the server at once (SIGKILL) and removes its directory.
     pub fn kill(self) {
         // Dropping the fields does both: `proc` kills, then `_dir` is removed.

@@ -200,6 +200,7 @@ impl Db {
         // index's completion, before the planner may use it (documents written meanwhile
         // record their own).
         let (mut multikey, mut truncated) = (BTreeSet::new(), BTreeSet::new());
+        let (mut arrays, mut objects) = (BTreeSet::new(), BTreeSet::new());
         loop {
             let inner = Arc::clone(&self.inner);
             let (coll, pfx, start) = (collection.to_string(), prefixes.clone(), cursor.clone());
@@ -230,6 +231,8 @@ impl Db {
                         }
                         paths.array_paths.extend(e.array_paths);
                         paths.truncated_paths.extend(e.truncated_paths);
+                        paths.array_nodes.extend(e.array_nodes);
+                        paths.object_nodes.extend(e.object_nodes);
                     }
                     let next = batch.last().map(|(k, _)| {
                         let mut n = k.clone();
@@ -242,6 +245,8 @@ impl Db {
             let (next, paths) = next;
             multikey.extend(paths.array_paths);
             truncated.extend(paths.truncated_paths);
+            arrays.extend(paths.array_nodes);
+            objects.extend(paths.object_nodes);
             match next {
                 Some(n) => cursor = n,
                 None => break,
@@ -252,6 +257,8 @@ impl Db {
             if let Some(cc) = cat.collections.get_mut(&coll) {
                 cc.multikey.extend(multikey);
                 cc.truncated.extend(truncated);
+                cc.arrays.extend(arrays);
+                cc.objects.extend(objects);
                 if let Some(name) = idx.strip_prefix("c:") {
                     for c in cc.composites.iter_mut().filter(|c| c.name == name) {
                         c.state = IndexState::Ready;

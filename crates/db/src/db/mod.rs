@@ -6,6 +6,7 @@
 
 mod collections;
 mod indexes;
+mod query;
 mod replica;
 mod submit;
 mod system;
@@ -13,23 +14,22 @@ mod triggers;
 
 pub use collections::COLLECTIONS_LIST_MAX;
 pub use indexes::IndexListing;
+pub use query::PlanResult;
 pub use replica::StateDigest;
 
 use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::commitlog::{self, LogRead, LogRetention};
 use crate::error::DbError;
-use crate::exec::{execute, Examined};
 use crate::feed::Feed;
 use crate::indexer::STRING_KEY_BYTES_MAX;
 use crate::layout::{decode_doc, doc_key, META_CATALOG, META_SEQ};
 use crate::mutations::MutationRetention;
 use crate::names::{check_collection, check_segment};
-use crate::planner::{plan, Explain};
+use crate::planner::Explain;
 use crate::triggers::Registry;
 use crate::txn::{Commit, CommitOutcome};
 use crate::write::WriteSettings;
-use herald_query::Query;
 use herald_storage::{Durability, Store, StoreOptions, Table};
 use herald_value::{DocumentLimits, Value};
 use std::path::Path;
@@ -172,6 +172,7 @@ impl Db {
             None if seq == 0 => (
                 Catalog {
                     string_key_bytes_max: Some(options.string_key_bytes_max),
+                    shapes_tracked: true,
                     ..Catalog::default()
                 },
                 true,
@@ -269,36 +270,6 @@ impl Db {
             }
             None => Ok(None),
         }
-    }
-
-    /// Runs a query at one consistent snapshot and reports which commit it reflects.
-    pub fn query(&self, collection: &str, query: &Query) -> Result<QueryOutcome, DbError> {
-        check_collection(collection)?;
-        let read = self.inner.store.read()?;
-        let seq = read.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0);
-        let chosen = {
-            let cat = self.inner.catalog.read().expect("catalog lock");
-            plan(
-                collection,
-                query,
-                cat.collection(collection),
-                cat.key_string_limit(),
-            )
-        };
-        let (
-            docs,
-            Examined {
-                keys,
-                docs: docs_examined,
-            },
-        ) = execute(&read, collection, query, &chosen)?;
-        let explain = Explain {
-            plan: chosen.describe(),
-            keys_examined: keys,
-            docs_examined,
-            returned: docs.len(),
-        };
-        Ok(QueryOutcome { docs, seq, explain })
     }
 
     /// The commit-log records with seq in `[from, to]`, as stored JSON.

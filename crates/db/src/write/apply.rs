@@ -294,7 +294,7 @@ fn compute_after(
 
 /// Replaces the index entries of the before-image with those of the after-image: deletes the
 /// entries only the before-image has, adds those only the after-image has, leaves the rest.
-/// Paths newly met as arrays (multikey) or with cut strings are marked in the in-memory catalog
+/// Paths newly met as arrays (multikey), array or object values, or with cut strings are marked in the in-memory catalog
 /// at once; returns whether it changed, so the commit persists it.
 fn replace_index_entries(
     txn: &mut WriteTxn<'_>,
@@ -344,16 +344,32 @@ fn replace_index_entries(
         .into_iter()
         .filter(|p| !known(|c| &c.truncated, p))
         .collect();
+    let fresh_arrays: Vec<String> = new
+        .array_nodes
+        .into_iter()
+        .filter(|p| !known(|c| &c.arrays, p))
+        .collect();
+    let fresh_objects: Vec<String> = new
+        .object_nodes
+        .into_iter()
+        .filter(|p| !known(|c| &c.objects, p))
+        .collect();
     drop(cat);
-    if fresh_multikey.is_empty() && fresh_truncated.is_empty() {
+    if fresh_multikey.is_empty()
+        && fresh_truncated.is_empty()
+        && fresh_arrays.is_empty()
+        && fresh_objects.is_empty()
+    {
         return Ok(false);
     }
-    // Marking a path multikey or truncated early is harmless (it only disables index
-    // ordering), so the in-memory catalog changes now and the persisted one with this commit.
+    // Marking a path early is harmless (it only disables index ordering), so the in-memory
+    // catalog changes now and the persisted one with this commit.
     let mut cat = ctx.catalog.write().expect("catalog lock");
     let cc = cat.collections.entry(collection.to_string()).or_default();
     cc.multikey.extend(fresh_multikey);
     cc.truncated.extend(fresh_truncated);
+    cc.arrays.extend(fresh_arrays);
+    cc.objects.extend(fresh_objects);
     Ok(true)
 }
 

@@ -11,4 +11,5 @@ mod db;
 mod live_engine;
 mod live_grid;
 mod live_model;
+mod planner;
 mod triggers;

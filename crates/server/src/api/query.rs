@@ -8,7 +8,9 @@ use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::Json;
-use herald_protocol::{ErrorCode, Explain, PlanDescription, QueryBody, QueryParts, QueryReply};
+use herald_protocol::{
+    Alternative, ErrorCode, Estimate, Explain, PlanDescription, QueryBody, QueryParts, QueryReply,
+};
 use herald_query::Query;
 use serde_json::Value;
 
@@ -58,6 +60,25 @@ pub fn explain_of(e: herald_db::Explain) -> Explain {
         keys_examined: e.keys_examined as u64,
         docs_examined: e.docs_examined as u64,
         returned: e.returned as u64,
+        keys_sampled: e.keys_sampled as u64,
+        estimate: e.estimate.map(estimate_of),
+        alternatives: e
+            .alternatives
+            .into_iter()
+            .map(|a| Alternative {
+                plan: plan_of(a.plan),
+                estimate: estimate_of(a.estimate),
+                abandoned: a.abandoned,
+            })
+            .collect(),
+    }
+}
+
+fn estimate_of(e: herald_db::Estimate) -> Estimate {
+    Estimate {
+        keys: e.keys,
+        docs: e.docs,
+        at_least: e.at_least,
     }
 }
 
@@ -72,9 +93,18 @@ fn plan_of(p: herald_db::PlanDescription) -> PlanDescription {
         Db::Union { plans } => PlanDescription::Union {
             plans: plans.into_iter().map(plan_of).collect(),
         },
-        Db::OrderedIndex { index, descending } => {
-            PlanDescription::OrderedIndex { index, descending }
-        }
+        Db::Intersection { indexes } => PlanDescription::Intersection { indexes },
+        Db::OrderedIndex {
+            index,
+            descending,
+            merged,
+            nulls_by_scan,
+        } => PlanDescription::OrderedIndex {
+            index,
+            descending,
+            merged: merged as u64,
+            nulls_by_scan,
+        },
         Db::CollectionScan => PlanDescription::CollectionScan {},
     }
 }
@@ -151,15 +181,32 @@ mod tests {
                 Db::OrderedIndex {
                     index: "c:t".into(),
                     descending: true,
+                    merged: 2,
+                    nulls_by_scan: true,
+                },
+                Db::Intersection {
+                    indexes: vec!["f:a".into(), "f:b".into()],
                 },
                 Db::CollectionScan,
             ],
+        };
+        let estimate = herald_db::Estimate {
+            keys: 3,
+            docs: 2,
+            at_least: true,
         };
         let e = herald_db::Explain {
             plan,
             keys_examined: 7,
             docs_examined: 5,
             returned: 4,
+            keys_sampled: 9,
+            estimate: Some(estimate),
+            alternatives: vec![herald_db::Alternative {
+                plan: Db::CollectionScan,
+                estimate,
+                abandoned: true,
+            }],
         };
         let decoded: Explain = serde_json::from_value(serde_json::to_value(&e).unwrap()).unwrap();
         assert_eq!(explain_of(e), decoded);

@@ -28,12 +28,29 @@ export interface Explained {
   readonly docs: Doc[];
   readonly seq: number;
   readonly explain: {
-    /** `{"type": "index"|"ordered_index"|"union"|"ids"|"collection_scan", ...}`. */
+    /** `{"type": "index"|"ordered_index"|"intersection"|"union"|"ids"|"collection_scan", ...}`. */
     readonly plan: Record<string, unknown>;
     readonly keysExamined: number;
     readonly docsExamined: number;
     readonly returned: number;
+    /** Index entries and documents counted to estimate the plans. */
+    readonly keysSampled?: number;
+    /** The chosen plan's estimate (`atLeast`: a count stopped early). */
+    readonly estimate?: PlanEstimate;
+    /** The other plans considered (`abandoned`: tried first and given up). */
+    readonly alternatives?: readonly {
+      readonly plan: Record<string, unknown>;
+      readonly estimate: PlanEstimate;
+      readonly abandoned?: boolean;
+    }[];
   };
+}
+
+/** What a plan is estimated to examine. */
+export interface PlanEstimate {
+  readonly keys: number;
+  readonly docs: number;
+  readonly atLeast?: boolean;
 }
 
 /** One sample of the Prometheus text format: `name{labels} value`. */

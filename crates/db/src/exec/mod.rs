@@ -1,7 +1,10 @@
 //! Running a plan against one storage snapshot: candidates, fetch, filter, sort, skip, limit,
 //! project. Every candidate is re-checked with the full filter, so index plans only need to be
 //! supersets. Memory is bounded: at most `skip + limit` sorted documents are kept when a limit is
-//! given, and no query returns more than [`QUERY_DOCS_MAX`] documents.
+//! given, and no query returns more than [`QUERY_DOCS_MAX`] documents. A plan run as a trial
+//! (see `planner/choose.rs`) stops with no result once it has examined its budget.
+
+mod ordered;
 
 use crate::error::DbError;
 use crate::layout::{collection_prefix, decode_doc, doc_key, index_entry_id};
@@ -22,29 +25,63 @@ pub struct Examined {
     pub docs: usize,
 }
 
+/// Most index entries plus documents a trial may examine (`None`: no limit).
+#[derive(Debug, Clone, Copy)]
+pub struct Budget(pub Option<u64>);
+
+impl Budget {
+    fn spent(self, ex: &Examined) -> bool {
+        self.0.is_some_and(|b| (ex.keys + ex.docs) as u64 > b)
+    }
+}
+
+/// Runs `plan`; `Ok(None)` when it examined more than `budget` before finishing (what it
+/// examined is added to `ex` either way).
 pub fn execute(
     read: &ReadTxn,
     collection: &str,
     q: &Query,
     plan: &Plan,
-) -> Result<(Vec<Value>, Examined), DbError> {
+    budget: Budget,
+    ex: &mut Examined,
+) -> Result<Option<Vec<Value>>, DbError> {
     if q.limit.is_some_and(|l| l > QUERY_DOCS_MAX) {
         return Err(DbError::LimitExceeded(format!(
             "limit may be at most {QUERY_DOCS_MAX}"
         )));
     }
-    let mut ex = Examined::default();
+    // Examined counts are this run's; the caller's `ex` gets them added at the end.
+    let mut mine = Examined::default();
+    let done = run(read, collection, q, plan, budget, &mut mine);
+    ex.keys += mine.keys;
+    ex.docs += mine.docs;
+    done
+}
+
+fn run(
+    read: &ReadTxn,
+    collection: &str,
+    q: &Query,
+    plan: &Plan,
+    budget: Budget,
+    ex: &mut Examined,
+) -> Result<Option<Vec<Value>>, DbError> {
     let window = q.limit.map(|l| q.skip.saturating_add(l));
     let mut out = Collector::new(q, window);
     match plan {
-        Plan::Ordered { range, desc, .. } => {
-            ordered(read, collection, q, range, *desc, &mut ex, &mut out)?
+        Plan::Ordered(o) => {
+            if !ordered::run(read, collection, q, o, budget, ex, &mut out)? {
+                return Ok(None);
+            }
         }
         Plan::Scan => {
             let by_id = is_id_order(q);
             for entry in read.prefix(Table::Docs, &collection_prefix(collection))? {
                 let (_, v) = entry?;
                 ex.docs += 1;
+                if budget.spent(ex) {
+                    return Ok(None);
+                }
                 let (_, doc) = decode_doc(&v)?;
                 if q.filter.matches(&doc) && out.push(doc)? && by_id {
                     break;
@@ -53,12 +90,17 @@ pub fn execute(
         }
         _ => {
             let mut ids = BTreeSet::new();
-            candidates(read, plan, &mut ids, &mut ex)?;
+            if !candidates(read, plan, budget, &mut ids, ex)? {
+                return Ok(None);
+            }
             for id in ids {
                 let Some(v) = read.get(Table::Docs, &doc_key(collection, &id))? else {
                     continue;
                 };
                 ex.docs += 1;
+                if budget.spent(ex) {
+                    return Ok(None);
+                }
                 let (_, doc) = decode_doc(&v)?;
                 if q.filter.matches(&doc) {
                     out.push(doc)?;
@@ -66,7 +108,7 @@ pub fn execute(
             }
         }
     }
-    Ok((out.finish(matches!(plan, Plan::Ordered { .. })), ex))
+    Ok(Some(out.finish(matches!(plan, Plan::Ordered(_)))))
 }
 
 fn is_id_order(q: &Query) -> bool {
@@ -74,12 +116,14 @@ fn is_id_order(q: &Query) -> bool {
     keys.len() == 1 && keys[0].path.as_str() == "_id" && keys[0].dir == Direction::Asc
 }
 
+/// Collects the candidate ids of an unordered index plan; `Ok(false)` when over budget.
 fn candidates(
     read: &ReadTxn,
     plan: &Plan,
+    budget: Budget,
     ids: &mut BTreeSet<String>,
     ex: &mut Examined,
-) -> Result<(), DbError> {
+) -> Result<bool, DbError> {
     match plan {
         Plan::Ids(list) => ids.extend(list.iter().cloned()),
         Plan::Index { ranges, .. } => {
@@ -87,74 +131,26 @@ fn candidates(
                 for entry in read.range(Table::Index, start.as_slice()..end.as_slice())? {
                     let (key, value) = entry?;
                     ex.keys += 1;
+                    if budget.spent(ex) {
+                        return Ok(false);
+                    }
                     ids.insert(index_entry_id(&key, &value)?.to_string());
                 }
             }
         }
         Plan::Union(plans) => {
             for p in plans {
-                candidates(read, p, ids, ex)?;
+                if !candidates(read, p, budget, ids, ex)? {
+                    return Ok(false);
+                }
             }
         }
-        Plan::Ordered { .. } | Plan::Scan => unreachable!("handled by execute"),
+        Plan::Intersect { prefixes, .. } => {
+            return ordered::intersect(read, prefixes, budget, ids, ex);
+        }
+        Plan::Ordered(_) | Plan::Scan => unreachable!("handled by execute"),
     }
-    Ok(())
-}
-
-/// Walks one index range in sort order. Descending scans meet equal values in descending id
-/// order, but ties must be in ascending `_id` order, so each run of equal values is reversed.
-fn ordered(
-    read: &ReadTxn,
-    collection: &str,
-    q: &Query,
-    range: &(Vec<u8>, Vec<u8>),
-    desc: bool,
-    ex: &mut Examined,
-    out: &mut Collector<'_>,
-) -> Result<(), DbError> {
-    let iter = read.range(Table::Index, range.0.as_slice()..range.1.as_slice())?;
-    let mut run: Vec<String> = Vec::new();
-    let mut run_value: Vec<u8> = Vec::new();
-    let mut flush = |run: &mut Vec<String>, ex: &mut Examined| -> Result<bool, DbError> {
-        for id in run.drain(..).rev() {
-            let Some(v) = read.get(Table::Docs, &doc_key(collection, &id))? else {
-                continue;
-            };
-            ex.docs += 1;
-            let (_, doc) = decode_doc(&v)?;
-            if q.filter.matches(&doc) && out.push(doc)? {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    };
-    let entries: Box<dyn Iterator<Item = _>> = if desc {
-        Box::new(iter.rev())
-    } else {
-        Box::new(iter)
-    };
-    for entry in entries {
-        let (key, value) = entry?;
-        ex.keys += 1;
-        let id = index_entry_id(&key, &value)?.to_string();
-        let value = &key[..key.len() - id.len()];
-        if !desc {
-            run.push(id);
-            if flush(&mut run, ex)? {
-                return Ok(());
-            }
-            continue;
-        }
-        if value != run_value.as_slice() {
-            if flush(&mut run, ex)? {
-                return Ok(());
-            }
-            run_value = value.to_vec();
-        }
-        run.push(id);
-    }
-    flush(&mut run, ex)?;
-    Ok(())
+    Ok(true)
 }
 
 /// Collects matches, keeping at most about twice the window before sorting it down.
