@@ -188,8 +188,10 @@
 //!
 //! `testing` holds helpers the unit tests share.
 
+mod check;
 mod checkpoint;
 mod error;
+mod fault;
 mod job;
 mod keysort;
 mod layer;
@@ -201,23 +203,29 @@ mod read;
 mod replication;
 mod replicator;
 mod runs;
+mod space;
 mod store;
 mod tables;
 #[cfg(test)]
 mod testing;
+mod vfs;
 mod wal;
 mod write;
 mod writer;
 
+pub use check::{check, Finding, Report};
 pub use error::{StorageError, WriteError};
+pub use fault::{Fault, FaultFs, Op};
 pub use job::{Ticket, TicketFuture};
 pub use layer::ReadPoint;
 pub use metrics::{Histogram, HistogramSnapshot, MetricsSnapshot};
 pub use read::{ReadRange, ReadTxn};
 pub use replication::{apply_record, stamp, visit_record, Applied, STAMP_KEY};
 pub use replicator::Replicator;
+pub use space::RESERVE_NAME;
 pub use store::{Store, FILE_NAME};
 pub use tables::{decode_u64, encode_u64, Entry, Table, FORMAT_VERSION, TABLE_COUNT};
+pub use vfs::{is_no_space, Open, RealFs, VFile, Vfs};
 pub use write::{WriteRange, WriteTxn};
 
 /// The largest key plus value, in bytes, that one entry may hold. redb's own ceiling is about
@@ -269,6 +277,10 @@ pub const LAYERS_BYTES_MAX: usize = 256 << 20;
 /// Default size at which the writer starts a new write-ahead-log segment file.
 pub const WAL_SEGMENT_BYTES: u64 = 64 << 20;
 
+/// Default size of the disk-space reserve (`space.rs`): freed when the disk fills, so that the
+/// checkpoints of what was committed and a clean shutdown can still write.
+pub const RESERVE_BYTES: u64 = 64 << 20;
+
 /// When a write counts as done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
@@ -317,6 +329,8 @@ pub struct StoreOptions {
     pub layers_bytes_max: usize,
     /// Size at which the writer starts a new write-ahead-log segment.
     pub wal_segment_bytes: u64,
+    /// The disk-space reserve kept beside the files (0: none); see `space.rs`.
+    pub reserve_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -335,6 +349,7 @@ impl Default for StoreOptions {
             durable_checkpoint_interval_ms: DURABLE_CHECKPOINT_INTERVAL_MS,
             layers_bytes_max: LAYERS_BYTES_MAX,
             wal_segment_bytes: WAL_SEGMENT_BYTES,
+            reserve_bytes: RESERVE_BYTES,
         }
     }
 }

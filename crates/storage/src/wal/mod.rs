@@ -57,8 +57,7 @@
 //! in them just ends the replay. Each record is checked whole, so a batch applies entirely or
 //! not at all.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Seek, SeekFrom, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -70,7 +69,9 @@ use redb::ReadableDatabase;
 use crate::layer::{Changes, Layer};
 use crate::metrics::Metrics;
 use crate::placement::write_sorted;
+use crate::space::{full_error, Space};
 use crate::tables::{Table, TableMap, STATE, STATE_CHECKPOINT, TABLE_COUNT};
+use crate::vfs::{is_no_space, Open, VFile, Vfs};
 use crate::StorageError;
 
 const MAGIC: [u8; 4] = *b"HWAL";
@@ -208,28 +209,26 @@ fn segment_path(dir: &Path, first_batch: u64) -> PathBuf {
 }
 
 /// The store's segment files, oldest first.
-pub(crate) fn list_segments(dir: &Path) -> io::Result<Vec<PathBuf>> {
+pub(crate) fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<PathBuf>> {
     let mut found = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for name in vfs.list(dir)? {
         let first = name
             .strip_prefix("wal-")
             .and_then(|n| n.strip_suffix(".log"))
             .filter(|n| n.len() == 20)
             .and_then(|n| n.parse::<u64>().ok());
         if let Some(first) = first {
-            found.push((first, entry.path()));
+            found.push((first, dir.join(&name)));
         }
     }
     found.sort();
     Ok(found.into_iter().map(|(_, path)| path).collect())
 }
 
-/// Makes file creations and deletions in `dir` durable.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+/// A failed sync is never "disk full", whatever its errno: what it failed to write is lost,
+/// and only a reopen (replaying what is durable) gets back to a known state.
+fn sync_failed(err: io::Error) -> io::Error {
+    io::Error::other(format!("fsync of the write-ahead log failed: {err}"))
 }
 
 /// The number of the last batch a checkpoint applied to redb (0 for a new store).
@@ -245,9 +244,9 @@ pub(crate) fn checkpointed(db: &redb::Database) -> Result<u64, StorageError> {
 
 /// Replays the log in `dir` into redb after a crash (see the module docs), makes the result
 /// durable, deletes the log and returns the number of the last batch now in redb.
-pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageError> {
+pub(crate) fn recover(db: &redb::Database, vfs: &dyn Vfs, dir: &Path) -> Result<u64, StorageError> {
     let checkpointed = checkpointed(db)?;
-    let segments = list_segments(dir)?;
+    let segments = list_segments(vfs, dir)?;
     if segments.is_empty() {
         return Ok(checkpointed);
     }
@@ -257,7 +256,9 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
     // checkpoints had applied since the last durable one (the log keeps both).
     let mut changes: [TableMap; TABLE_COUNT] = Default::default();
     for path in &segments {
-        let data = fs::read(path)?;
+        let data = vfs.read(path).map_err(|err| {
+            StorageError::Corrupted(format!("reading WAL segment {}: {err}", path.display()))
+        })?;
         let mut off = 0;
         while off < data.len() {
             let Some(record) = parse(&data, off) else {
@@ -309,9 +310,9 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
     txn.open_table(STATE)?.insert(STATE_CHECKPOINT, last)?;
     txn.commit()?;
     for path in &segments {
-        fs::remove_file(path)?;
+        vfs.remove_file(path)?;
     }
-    sync_dir(dir)?;
+    vfs.sync_dir(dir)?;
     Ok(last)
 }
 
@@ -324,13 +325,15 @@ fn next_magic(data: &[u8], from: usize) -> usize {
 /// The closed segments that still exist, each with the last batch it holds. The writer adds to
 /// it; the checkpointer deletes what a checkpoint covers.
 pub(crate) struct Segments {
+    vfs: Arc<dyn Vfs>,
     dir: PathBuf,
     closed: Mutex<Vec<(PathBuf, u64)>>,
 }
 
 impl Segments {
-    pub(crate) fn new(dir: &Path) -> Arc<Segments> {
+    pub(crate) fn new(vfs: Arc<dyn Vfs>, dir: &Path) -> Arc<Segments> {
         Arc::new(Segments {
+            vfs,
             dir: dir.to_path_buf(),
             closed: Mutex::new(Vec::new()),
         })
@@ -341,9 +344,9 @@ impl Segments {
         closed.push((path, last_batch));
     }
 
-    /// The store's directory.
-    pub(crate) fn dir(&self) -> &Path {
-        &self.dir
+    /// Deletes a leftover spare and the recycled segments (at close).
+    pub(crate) fn remove_stale_spare(&self) -> io::Result<()> {
+        remove_stale_spare(&*self.vfs, &self.dir)
     }
 
     /// Deletes (or keeps as the recycled segment, see the module docs) every closed segment
@@ -357,7 +360,7 @@ impl Segments {
             if *last > checkpointed {
                 return true;
             }
-            match retire(&self.dir, path) {
+            match retire(&*self.vfs, &self.dir, path) {
                 Ok(()) => false,
                 Err(err) if err.kind() == io::ErrorKind::NotFound => false,
                 Err(err) => {
@@ -367,7 +370,7 @@ impl Segments {
             }
         });
         if closed.len() < before {
-            sync_dir(&self.dir)?;
+            self.vfs.sync_dir(&self.dir)?;
         }
         result
     }
@@ -376,17 +379,17 @@ impl Segments {
 /// Removes a segment every batch of which a durable checkpoint covers, or keeps it as the
 /// recycled file that a later spare is made of (see the module docs), if a slot is free and
 /// the segment is large enough to be worth it.
-fn retire(dir: &Path, path: &Path) -> io::Result<()> {
-    let large = fs::metadata(path).is_ok_and(|m| m.len() >= SPARE_AFTER_BYTES);
+fn retire(vfs: &dyn Vfs, dir: &Path, path: &Path) -> io::Result<()> {
+    let large = vfs.len(path).is_ok_and(|len| len >= SPARE_AFTER_BYTES);
     if large {
         let free = (0..RECYCLED_MAX)
             .map(|slot| recycled_path(dir, slot))
-            .find(|p| !p.exists());
+            .find(|p| vfs.len(p).is_err());
         if let Some(recycled) = free {
-            return fs::rename(path, recycled);
+            return vfs.rename(path, &recycled);
         }
     }
-    fs::remove_file(path)
+    vfs.remove_file(path)
 }
 
 /// Where the writer logs batches.
@@ -434,6 +437,9 @@ impl Wal {
 
 /// The writer thread's side of the log: the active segment.
 pub(crate) struct WalWriter {
+    vfs: Arc<dyn Vfs>,
+    /// The disk-full state: appends are refused (before writing) while it is set.
+    space: Arc<Space>,
     dir: PathBuf,
     segments: Arc<Segments>,
     segment_bytes: u64,
@@ -450,7 +456,7 @@ pub(crate) struct WalWriter {
 }
 
 struct Active {
-    file: File,
+    file: Box<dyn VFile>,
     path: PathBuf,
     len: u64,
     last_batch: u64,
@@ -462,13 +468,16 @@ impl WalWriter {
     /// A writer whose first batch will be `last_batch + 1`; everything up to `last_batch` is
     /// already durable (in redb).
     pub(crate) fn new(
-        dir: &Path,
+        vfs: Arc<dyn Vfs>,
+        space: Arc<Space>,
         segments: Arc<Segments>,
         segment_bytes: u64,
         last_batch: u64,
     ) -> WalWriter {
         WalWriter {
-            dir: dir.to_path_buf(),
+            dir: segments.dir.clone(),
+            vfs,
+            space,
             segments,
             segment_bytes,
             active: None,
@@ -489,14 +498,36 @@ impl WalWriter {
             && active.len >= SPARE_AFTER_BYTES.min(self.segment_bytes)
         {
             let (dir, bytes) = (self.dir.clone(), self.segment_bytes);
+            let vfs = self.vfs.clone();
             self.spare = std::thread::Builder::new()
                 .name("herald-wal-spare".into())
-                .spawn(move || prepare_spare(&dir, bytes))
+                .spawn(move || prepare_spare(&*vfs, &dir, bytes))
                 .ok();
         }
     }
 
+    /// Appends (and syncs, if `sync`) `batch`'s record. Fails with an `ENOSPC`-kind error
+    /// only when nothing of the record remains and the store may go on (the full state, see
+    /// `space.rs`); any other error leaves the log in an unknown state.
     fn append(&mut self, batch: u64, changes: &Changes, sync: bool) -> io::Result<u64> {
+        if batch != self.written + 1 {
+            // The batch before it was refused for lack of space, and this one read its writes
+            // (the writer's pipeline): it is refused too, and the writer renumbers.
+            return Err(full_error("an earlier batch was refused: the disk is full"));
+        }
+        if !self.space.probe() {
+            return Err(full_error("the disk is full"));
+        }
+        match self.append_record(batch, changes, sync) {
+            Err(err) if is_no_space(&err) => {
+                self.space.ran_out();
+                Err(err)
+            }
+            other => other,
+        }
+    }
+
+    fn append_record(&mut self, batch: u64, changes: &Changes, sync: bool) -> io::Result<u64> {
         let spare_ready = self.spare.as_ref().is_some_and(JoinHandle::is_finished);
         if self.active.as_ref().is_none_or(|a| {
             a.len >= self.segment_bytes || (!a.preallocated && spare_ready && a.len > 0)
@@ -506,18 +537,23 @@ impl WalWriter {
         self.buf.clear();
         encode(&mut self.buf, batch, self.synced, changes);
         let active = self.active.as_mut().expect("a segment is open");
-        let written = active.file.write_all(&self.buf).and_then(|()| {
-            if sync {
-                active.file.sync_data()?;
+        if let Err(err) = active.file.write_at(active.len, &self.buf) {
+            // Leave no partial record behind for a later append to follow. Out of space with
+            // the tail cut back, nothing of the record was made durable and the log is as it
+            // was: the store refuses writes until space returns. Otherwise it fails.
+            let cut = active.file.set_len(active.len);
+            return match cut {
+                Ok(()) => Err(err),
+                Err(cut) => Err(io::Error::other(format!(
+                    "{err}; then cutting the log's tail back failed: {cut}"
+                ))),
+            };
+        }
+        if sync {
+            if let Err(err) = active.file.sync_data() {
+                let _ = active.file.set_len(active.len);
+                return Err(sync_failed(err));
             }
-            Ok(())
-        });
-        if let Err(err) = written {
-            // Best effort: leave no partial record behind for a later append to follow. The
-            // caller fails the store either way.
-            let _ = active.file.set_len(active.len);
-            let _ = active.file.seek(SeekFrom::Start(active.len));
-            return Err(err);
         }
         let appended = self.buf.len() as u64;
         active.len += appended;
@@ -536,7 +572,7 @@ impl WalWriter {
     fn sync(&mut self) -> io::Result<()> {
         if let Some(active) = &self.active {
             if self.synced < self.written {
-                active.file.sync_data()?;
+                active.file.sync_data().map_err(sync_failed)?;
             }
         }
         self.synced = self.written;
@@ -556,24 +592,25 @@ impl WalWriter {
         // failed only costs the preallocation.
         let ready = self.spare.take_if(|h| h.is_finished());
         let spare = match ready.map(JoinHandle::join) {
-            Some(Ok(Ok(spare))) => fs::rename(&spare, &path).is_ok(),
+            Some(Ok(Ok(spare))) => self.vfs.rename(&spare, &path).is_ok(),
             Some(_) => {
                 self.spare_failed = true;
-                let _ = remove_stale_spare(&self.dir); // whatever part of it was written
+                let _ = remove_stale_spare(&*self.vfs, &self.dir); // whatever part of it was written
                 false
             }
             None => false,
         };
-        let file = if spare {
-            OpenOptions::new().write(true).open(&path)?
+        let how = if spare {
+            Open::Existing
         } else {
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)?
+            Open::CreateNew
         };
+        let file = self.vfs.open(&path, how)?;
         // The new file's name must be durable before any record in it is acknowledged.
-        sync_dir(&self.dir)?;
+        if let Err(err) = self.vfs.sync_dir(&self.dir) {
+            let _ = self.vfs.remove_file(&path);
+            return Err(sync_failed(err));
+        }
         self.active = Some(Active {
             file,
             path,
@@ -591,7 +628,7 @@ impl WalWriter {
         }
         if let Some(spare) = self.spare.take() {
             let _ = spare.join(); // ready or failed, the file goes
-            remove_stale_spare(&self.dir)?;
+            remove_stale_spare(&*self.vfs, &self.dir)?;
         }
         Ok(())
     }
@@ -599,38 +636,34 @@ impl WalWriter {
 
 /// Writes the spare segment: `bytes` of zeros, synced with its size, so that writing into it
 /// later changes no file metadata. Returns its path.
-fn prepare_spare(dir: &Path, bytes: u64) -> io::Result<PathBuf> {
+fn prepare_spare(vfs: &dyn Vfs, dir: &Path, bytes: u64) -> io::Result<PathBuf> {
     const CHUNK: usize = 1 << 20;
     let path = dir.join(SPARE_NAME);
     // A retired segment is already written to its full size and synced: reuse it.
     for slot in 0..RECYCLED_MAX {
-        if fs::rename(recycled_path(dir, slot), &path).is_ok() {
+        if vfs.rename(&recycled_path(dir, slot), &path).is_ok() {
             return Ok(path);
         }
     }
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)?;
+    let file = vfs.open(&path, Open::Truncate)?;
     let zeros = vec![0u8; CHUNK];
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(CHUNK as u64) as usize;
-        file.write_all(&zeros[..n])?;
-        left -= n as u64;
+    let mut written = 0;
+    while written < bytes {
+        let n = (bytes - written).min(CHUNK as u64) as usize;
+        file.write_at(written, &zeros[..n])?;
+        written += n as u64;
     }
-    file.sync_all()?;
+    file.sync_data()?;
     Ok(path)
 }
 
 /// Deletes a spare segment and a recycled one (they hold no record that is not in redb): what
 /// a crash left behind, or at close.
-pub(crate) fn remove_stale_spare(dir: &Path) -> io::Result<()> {
+pub(crate) fn remove_stale_spare(vfs: &dyn Vfs, dir: &Path) -> io::Result<()> {
     let recycled = (0..RECYCLED_MAX).map(|slot| recycled_path(dir, slot));
     let names = [dir.join(SPARE_NAME), dir.join(RECYCLED_OLD_NAME)];
     for path in names.into_iter().chain(recycled) {
-        match fs::remove_file(path) {
+        match vfs.remove_file(&path) {
             Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
             _ => {}
         }
@@ -720,7 +753,13 @@ fn serve(
                                     metrics.log_synced(started.elapsed());
                                 }
                             })
-                            .map_err(StorageError::from)
+                            .map_err(|err| {
+                                if is_no_space(&err) {
+                                    StorageError::Full(err.to_string())
+                                } else {
+                                    StorageError::from(err)
+                                }
+                            })
                     }),
                 LogRequest::Sync => wal
                     .sync()
@@ -733,7 +772,10 @@ fn serve(
             },
         };
         match &result {
-            // A replica's refusal leaves the log as it was (`replication.rs`).
+            // A replica's refusal leaves the log as it was (`replication.rs`), and so does a
+            // full disk (`WalWriter::append`), unless the replicated log had already accepted
+            // the batch: then this node's log lacks a batch the cluster has, and it stops.
+            Err(StorageError::Full(_)) if replicator.get().is_none() => {}
             Err(StorageError::Unavailable(_)) | Ok(()) => {}
             Err(err) => {
                 failed.get_or_insert_with(|| err.clone());

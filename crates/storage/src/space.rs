@@ -1,0 +1,191 @@
+//! Disk space: the store's "disk full" state, the reserve file that lets a checkpoint and a
+//! clean shutdown finish on a full disk, and [`RedbFile`], the backend every redb file goes
+//! through (the real or the fault-injecting one, wrapped so that running out of space while
+//! checkpointing spends the reserve instead of failing the store).
+//!
+//! # The protocol
+//!
+//! A store on disk keeps `reserve.tmp`, `StoreOptions::reserve_bytes` of allocated blocks, in
+//! its directory. The first write that fails for lack of space (a log append, or redb's file
+//! growing at a checkpoint) sets the full state and deletes the reserve; a redb write that
+//! failed is then retried once, in the space just freed. While full, the log refuses every
+//! batch with [`StorageError::Full`](crate::StorageError::Full) before writing anything, and
+//! probes first: it recreates the reserve, and only if that succeeds (the operator freed at
+//! least the reserve's size) does it clear the state and log the batch. No restart, no timer.
+
+use std::io;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::vfs::{is_no_space, Open, Vfs};
+
+/// The reserve's file name in the store's directory.
+pub const RESERVE_NAME: &str = "reserve.tmp";
+
+/// The store's disk-space state, shared by the log thread, redb's backend and the store.
+#[derive(Debug)]
+pub(crate) struct Space {
+    vfs: Arc<dyn Vfs>,
+    /// `None`: no reserve (an in-memory store, or `reserve_bytes` 0).
+    path: Option<PathBuf>,
+    bytes: u64,
+    /// The reserve file exists with its blocks allocated.
+    held: Mutex<bool>,
+    full: AtomicBool,
+}
+
+impl Space {
+    /// Space for a store in `dir` (`None` in memory); does not touch the disk yet.
+    pub(crate) fn new(vfs: Arc<dyn Vfs>, dir: Option<&Path>, bytes: u64) -> Arc<Space> {
+        let path = dir.filter(|_| bytes > 0).map(|d| d.join(RESERVE_NAME));
+        Arc::new(Space {
+            vfs,
+            path,
+            bytes,
+            held: Mutex::new(false),
+            full: AtomicBool::new(false),
+        })
+    }
+
+    /// At open: makes sure the reserve exists. On a full disk the store opens in the full
+    /// state (reads work, writes are refused until space returns); other errors fail the open.
+    pub(crate) fn establish(&self) -> io::Result<()> {
+        match self.allocate() {
+            Ok(()) => Ok(()),
+            Err(err) if is_no_space(&err) => {
+                self.full.store(true, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Creates (or keeps) the reserve file with its blocks allocated.
+    fn allocate(&self) -> io::Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let how = match self.vfs.len(path) {
+            Ok(_) => Open::Existing,
+            Err(_) => Open::CreateNew,
+        };
+        let made = self
+            .vfs
+            .open(path, how)
+            .and_then(|file| file.allocate(self.bytes));
+        match made {
+            Ok(()) => {
+                *held = true;
+                Ok(())
+            }
+            Err(err) => {
+                // A partly allocated reserve would hold space for nothing.
+                let _ = self.vfs.remove_file(path);
+                *held = false;
+                Err(err)
+            }
+        }
+    }
+
+    /// A write failed for lack of space: enter the full state and free the reserve. Returns
+    /// whether space was freed (a write that failed may then be retried once).
+    pub(crate) fn ran_out(&self) -> bool {
+        self.full.store(true, Ordering::SeqCst);
+        let Some(path) = &self.path else {
+            return false;
+        };
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if !*held {
+            return false;
+        }
+        *held = false;
+        self.vfs.remove_file(path).is_ok()
+    }
+
+    /// Whether writes are being refused for lack of space.
+    pub(crate) fn is_full(&self) -> bool {
+        self.full.load(Ordering::SeqCst)
+    }
+
+    /// While full: tries to take the reserve back; on success the store is no longer full.
+    /// Returns whether writes may go ahead.
+    pub(crate) fn probe(&self) -> bool {
+        if !self.is_full() {
+            return true;
+        }
+        if self.allocate().is_ok() {
+            self.full.store(false, Ordering::SeqCst);
+            return true;
+        }
+        false
+    }
+}
+
+/// The error a refused batch gets while the disk is full.
+pub(crate) fn full_error(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::StorageFull, what.to_owned())
+}
+
+/// redb's file: any backend (the real file or a test's), with running out of space handled
+/// as the module docs say. Everything else is forwarded as is, the locks included.
+#[derive(Debug)]
+pub(crate) struct RedbFile {
+    pub(crate) inner: Box<dyn redb::StorageBackend>,
+    pub(crate) space: Option<Arc<Space>>,
+}
+
+impl RedbFile {
+    fn retry<T>(&self, op: impl Fn() -> io::Result<T>) -> io::Result<T> {
+        match op() {
+            Err(err) if is_no_space(&err) => match &self.space {
+                Some(space) if space.ran_out() => op(),
+                _ => Err(err),
+            },
+            other => other,
+        }
+    }
+}
+
+type Lock<T> = Result<T, redb::BackendError>;
+
+impl redb::StorageBackend for RedbFile {
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        self.inner.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.retry(|| self.inner.set_len(len))
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.inner.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.retry(|| self.inner.write(offset, data))
+    }
+    fn close(&self) -> io::Result<()> {
+        self.inner.close()
+    }
+    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Lock<bool> {
+        self.inner.try_lock_range(start, end)
+    }
+    fn try_lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Lock<bool> {
+        self.inner.try_lock_shared_range(start, end)
+    }
+    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Lock<()> {
+        self.inner.lock_range(start, end)
+    }
+    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Lock<()> {
+        self.inner.lock_shared_range(start, end)
+    }
+    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Lock<()> {
+        self.inner.unlock_range(start, end)
+    }
+    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Lock<bool> {
+        self.inner.query_lock_range(start, end)
+    }
+}
