@@ -60,13 +60,16 @@ pub enum Fault {
     NoSpace,
     /// `EIO`.
     Io,
+    /// The machine loses power as the operation starts: it does not happen, it and every later
+    /// operation fail with `EIO`, and [`FaultFs::reboot`] is the only way on.
+    PowerCut,
 }
 
 impl Fault {
     fn error(self) -> io::Error {
         io::Error::from_raw_os_error(match self {
             Fault::NoSpace => libc::ENOSPC,
-            Fault::Io => libc::EIO,
+            Fault::Io | Fault::PowerCut => libc::EIO,
         })
     }
 }
@@ -84,8 +87,12 @@ struct Rule {
 struct MemFile {
     data: Vec<u8>,
     durable: Vec<u8>,
-    /// Writes since the last sync, in order (offset, length): what a torn reboot replays.
+    /// Writes since the last sync, in order (offset, length): what a sync copies to `durable`
+    /// and a torn reboot replays.
     unsynced: Vec<(u64, u64)>,
+    /// The lowest length the file was cut to since the last sync: a sync copies everything
+    /// after it (bytes a later extension zeroed).
+    cut_to: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -124,6 +131,10 @@ impl State {
             "{op:?} #{count} of {} -> {fired:?}",
             what.display()
         ));
+        if fired == Fault::PowerCut {
+            // Every handle, the caller's included, is from before the reboot now.
+            self.epoch += 1;
+        }
         Some(fired)
     }
 
@@ -155,8 +166,11 @@ impl State {
         let end = offset + data.len() as u64;
         let room = self.room();
         let mut fault = self.check(Op::Write, path);
+        if fault == Some(Fault::PowerCut) {
+            return Err(Fault::PowerCut.error());
+        }
         let mut keep = data.len();
-        if let Some(_f) = fault {
+        if fault.is_some() {
             keep = (self.next_random() % (data.len() as u64 + 1)) as usize;
         }
         if end > len && end - len > room {
@@ -199,13 +213,19 @@ impl State {
         }
         file.data.resize(len as usize, 0);
         file.unsynced.retain(|(off, _)| *off < len);
+        file.cut_to = Some(file.cut_to.map_or(len, |c| c.min(len)));
         Ok(())
     }
 
     fn sync(&mut self, id: u64, path: &Path) -> io::Result<()> {
         let fault = self.check(Op::Sync, path);
+        if fault == Some(Fault::PowerCut) {
+            // The unsynced writes stay as they were, for a torn reboot to replay.
+            return Err(Fault::PowerCut.error());
+        }
         let file = self.file(id)?;
-        file.unsynced.clear();
+        let unsynced = std::mem::take(&mut file.unsynced);
+        let cut_to = file.cut_to.take();
         match fault {
             // Linux marks the pages it failed to write clean: their contents are gone.
             Some(f) => {
@@ -213,7 +233,20 @@ impl State {
                 Err(f.error())
             }
             None => {
-                file.durable = file.data.clone();
+                // Only what changed is copied: a sync costs what it writes, not the file.
+                let MemFile { data, durable, .. } = file;
+                let from = cut_to
+                    .map_or(durable.len(), |c| c as usize)
+                    .min(durable.len());
+                durable.resize(data.len(), 0);
+                let from = from.min(data.len());
+                durable[from..].copy_from_slice(&data[from..]);
+                for (off, len) in unsynced {
+                    let (a, b) = (off as usize, ((off + len) as usize).min(data.len()));
+                    if a < b {
+                        durable[a..b].copy_from_slice(&data[a..b]);
+                    }
+                }
                 Ok(())
             }
         }
@@ -255,7 +288,8 @@ impl FaultFs {
     }
 
     /// Fails the `nth` next `op` (1 is the next one) with `fault`, and every later one too if
-    /// `sticky` (until [`heal`](FaultFs::heal)).
+    /// `sticky` (until [`heal`](FaultFs::heal)). With several rules for one operation, the
+    /// first added wins.
     pub fn fail(&self, op: Op, nth: u64, fault: Fault, sticky: bool) {
         let mut state = self.guard();
         let at = state.counts[op as usize] + nth.max(1);
@@ -349,6 +383,7 @@ impl FaultFs {
             file.data = disk.clone();
             file.durable = disk;
             file.unsynced.clear();
+            file.cut_to = None;
         }
         FaultFs {
             state: self.state.clone(),
@@ -436,6 +471,7 @@ impl Vfs for FaultFs {
                 let file = state.file(id)?;
                 file.data.clear();
                 file.unsynced.clear();
+                file.cut_to = Some(0);
                 id
             }
             (_, None) => {

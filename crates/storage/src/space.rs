@@ -10,8 +10,11 @@
 //! growing at a checkpoint) sets the full state and deletes the reserve; a redb write that
 //! failed is then retried once, in the space just freed. While full, the log refuses every
 //! batch with [`StorageError::Full`](crate::StorageError::Full) before writing anything, and
-//! probes first: it recreates the reserve, and only if that succeeds (the operator freed at
-//! least the reserve's size) does it clear the state and log the batch. No restart, no timer.
+//! probes first: it allocates a probe file of twice the reserve's size and, if that succeeds
+//! (the operator freed room for the reserve and as much again for writes), deletes it, takes
+//! the reserve back, clears the state and logs the batch. No restart, no timer. (Retaking just
+//! the reserve would succeed in the very space its release freed, and the next write would
+//! fill the disk again with no reserve left.)
 
 use std::io;
 use std::ops::Bound;
@@ -23,6 +26,8 @@ use crate::vfs::{is_no_space, Open, Vfs};
 
 /// The reserve's file name in the store's directory.
 pub const RESERVE_NAME: &str = "reserve.tmp";
+/// The probe's file name (see the module docs); deleted at once.
+const PROBE_NAME: &str = "probe.tmp";
 
 /// The store's disk-space state, shared by the log thread, redb's backend and the store.
 #[derive(Debug)]
@@ -67,6 +72,10 @@ impl Space {
         let Some(path) = &self.path else {
             return Ok(());
         };
+        self.allocate_at(path, self.bytes)
+    }
+
+    fn allocate_at(&self, path: &Path, bytes: u64) -> io::Result<()> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let how = match self.vfs.len(path) {
             Ok(_) => Open::Existing,
@@ -75,16 +84,19 @@ impl Space {
         let made = self
             .vfs
             .open(path, how)
-            .and_then(|file| file.allocate(self.bytes));
+            .and_then(|file| file.allocate(bytes));
+        let reserve = Some(path) == self.path.as_deref();
         match made {
             Ok(()) => {
-                *held = true;
+                *held |= reserve;
                 Ok(())
             }
             Err(err) => {
-                // A partly allocated reserve would hold space for nothing.
+                // A partly allocated file would hold space for nothing.
                 let _ = self.vfs.remove_file(path);
-                *held = false;
+                if reserve {
+                    *held = false;
+                }
                 Err(err)
             }
         }
@@ -115,6 +127,14 @@ impl Space {
     pub(crate) fn probe(&self) -> bool {
         if !self.is_full() {
             return true;
+        }
+        if let Some(path) = &self.path {
+            let probe = path.with_file_name(PROBE_NAME);
+            let room = self.allocate_at(&probe, self.bytes.saturating_mul(2));
+            let _ = self.vfs.remove_file(&probe);
+            if room.is_err() {
+                return false;
+            }
         }
         if self.allocate().is_ok() {
             self.full.store(false, Ordering::SeqCst);

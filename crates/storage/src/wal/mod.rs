@@ -232,7 +232,7 @@ fn sync_failed(err: io::Error) -> io::Error {
 }
 
 /// The number of the last batch a checkpoint applied to redb (0 for a new store).
-pub(crate) fn checkpointed(db: &redb::Database) -> Result<u64, StorageError> {
+pub(crate) fn checkpointed(db: &(impl ReadableDatabase + ?Sized)) -> Result<u64, StorageError> {
     let txn = db.begin_read()?;
     let state = match txn.open_table(STATE) {
         Ok(state) => state,
@@ -250,12 +250,53 @@ pub(crate) fn recover(db: &redb::Database, vfs: &dyn Vfs, dir: &Path) -> Result<
     if segments.is_empty() {
         return Ok(checkpointed);
     }
+    let Replay { last, changes, .. } = replay(vfs, &segments, checkpointed)?;
+    let mut txn = db.begin_write()?;
+    txn.set_quick_repair(true);
+    for table in Table::ALL {
+        let entries = changes[table.index()].iter();
+        write_sorted(
+            &txn,
+            table,
+            entries.map(|(k, v)| (k.as_slice(), v.as_deref())),
+        )?;
+    }
+    txn.open_table(STATE)?.insert(STATE_CHECKPOINT, last)?;
+    txn.commit()?;
+    for path in &segments {
+        vfs.remove_file(path)?;
+    }
+    vfs.sync_dir(dir)?;
+    Ok(last)
+}
+
+/// What the log holds after the last checkpoint (see [`replay`]).
+pub(crate) struct Replay {
+    /// The last batch of the unbroken sequence after the checkpoint.
+    pub(crate) last: u64,
+    /// The newest entry of each key of those batches, per table.
+    pub(crate) changes: [TableMap; TABLE_COUNT],
+    /// Intact records replayed, and bytes skipped as not a record (torn tails, zeros, old
+    /// records of a recycled segment).
+    pub(crate) records: u64,
+    pub(crate) skipped_bytes: u64,
+}
+
+/// Reads `segments` (oldest first) and gathers every batch after `checkpointed` that the
+/// module docs' rules say to replay; the rules' damage is [`StorageError::Corrupted`]. Shared
+/// by recovery and `herald check`, so the check judges a log exactly as a restart would.
+pub(crate) fn replay(
+    vfs: &dyn Vfs,
+    segments: &[PathBuf],
+    checkpointed: u64,
+) -> Result<Replay, StorageError> {
     let mut last = checkpointed;
+    let (mut records, mut skipped_bytes) = (0, 0);
     // The newest entry of each key, per table: written like a checkpoint's, after the replay.
     // In memory meanwhile: what the layers held before the crash, plus what non-durable
     // checkpoints had applied since the last durable one (the log keeps both).
     let mut changes: [TableMap; TABLE_COUNT] = Default::default();
-    for path in &segments {
+    for path in segments {
         let data = vfs.read(path).map_err(|err| {
             StorageError::Corrupted(format!("reading WAL segment {}: {err}", path.display()))
         })?;
@@ -263,7 +304,9 @@ pub(crate) fn recover(db: &redb::Database, vfs: &dyn Vfs, dir: &Path) -> Result<
         while off < data.len() {
             let Some(record) = parse(&data, off) else {
                 // Not an intact record: skip to the next place one could start.
-                off = next_magic(&data, off + 1);
+                let next = next_magic(&data, off + 1);
+                skipped_bytes += (next - off) as u64;
+                off = next;
                 continue;
             };
             off = record.end;
@@ -271,6 +314,7 @@ pub(crate) fn recover(db: &redb::Database, vfs: &dyn Vfs, dir: &Path) -> Result<
                 continue;
             }
             if record.batch == last + 1 {
+                records += 1;
                 decode(record.body, |table, key, value| {
                     // Newer batches overwrite older ones here.
                     changes[table.index()].insert(key.to_vec(), value.map(<[u8]>::to_vec));
@@ -297,23 +341,12 @@ pub(crate) fn recover(db: &redb::Database, vfs: &dyn Vfs, dir: &Path) -> Result<
             // otherwise (or, in no-sync mode, were told this could happen).
         }
     }
-    let mut txn = db.begin_write()?;
-    txn.set_quick_repair(true);
-    for table in Table::ALL {
-        let entries = changes[table.index()].iter();
-        write_sorted(
-            &txn,
-            table,
-            entries.map(|(k, v)| (k.as_slice(), v.as_deref())),
-        )?;
-    }
-    txn.open_table(STATE)?.insert(STATE_CHECKPOINT, last)?;
-    txn.commit()?;
-    for path in &segments {
-        vfs.remove_file(path)?;
-    }
-    vfs.sync_dir(dir)?;
-    Ok(last)
+    Ok(Replay {
+        last,
+        changes,
+        records,
+        skipped_bytes,
+    })
 }
 
 fn next_magic(data: &[u8], from: usize) -> usize {
