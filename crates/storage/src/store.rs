@@ -344,10 +344,16 @@ impl Store {
     }
 
     /// Why the store refuses writes now, if it does: the disk is full (it resumes by itself
-    /// once space is freed), or a write, sync or checkpoint failed (it needs a reopen).
+    /// once space is freed), or a write, sync or checkpoint failed (it needs a reopen). While
+    /// the disk is full, asking probes for freed space (`space.rs`), so that a caller polling
+    /// it (the trigger dispatcher, health checks) sees writes resume even when no client
+    /// writes.
     pub fn write_refusal(&self) -> Option<StorageError> {
         if let Some(err) = self.shared.failure() {
             return Some(err);
+        }
+        if self.space.is_full() {
+            self.space.probe();
         }
         self.space.is_full().then(|| {
             StorageError::Full("the disk is full; writes resume once space is freed".into())
