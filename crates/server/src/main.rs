@@ -88,6 +88,15 @@ enum RulesCommand {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Verify a stopped server's data directory offline: the write-ahead log, the data file,
+    /// index runs and commit-log blocks, and index entries against documents. Prints what it
+    /// finds; exits 1 on damage, 2 if it cannot check (no store there, or a server has it
+    /// open). See docs/storage.md, "herald check".
+    Check {
+        /// Data directory.
+        #[arg(long, default_value = "./herald-data")]
+        data: PathBuf,
+    },
     /// Manage API keys on a running server.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -344,9 +353,43 @@ fn run_async(label: &str, fut: impl std::future::Future<Output = Result<(), Stri
     }
 }
 
+/// `herald check`: prints the report; exits 1 on damage, 2 if the store could not be checked.
+fn check_command(data: &std::path::Path) {
+    match herald_db::check::check(data) {
+        Ok(report) => {
+            for note in &report.notes {
+                println!("ok: {note}");
+            }
+            for finding in &report.findings {
+                println!("DAMAGED: {}", finding.0);
+            }
+            if report.is_clean() {
+                println!("herald check: {} is intact", data.display());
+            } else {
+                println!(
+                    "herald check: {} finding(s) of damage in {}",
+                    report.findings.len(),
+                    data.display()
+                );
+                std::process::exit(1);
+            }
+        }
+        Err(err) => {
+            let hint = if err.code() == "storage_locked" {
+                " (a server has it open: stop it first)"
+            } else {
+                ""
+            };
+            eprintln!("herald check: cannot check {}: {err}{hint}", data.display());
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     match cli.command {
+        Command::Check { data } => check_command(&data),
         Command::Keys(cmd) => run_async("herald keys", keys_command(cmd)),
         Command::Rules(RulesCommand::Test { file }) => {
             match herald_rules::testfile::run_file(&file) {
