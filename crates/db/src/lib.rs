@@ -71,6 +71,7 @@ pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};
 pub use herald_storage::{
     lower_current_thread_priority, make_current_thread_idle, Durability, Histogram,
     HistogramSnapshot, StoreOptions, Ticket, WriteError as WriteFailure, CACHE_BYTES_MAX,
+    RESERVE_BYTES,
 };
 pub use indexer::{COMPOSITE_ENTRIES_PER_DOC_MAX, INDEX_ENTRIES_PER_DOC_MAX};
 pub use mutations::{
