@@ -165,8 +165,15 @@
 //! `HERALD_CRASH_CYCLES=1000 cargo test -p herald-storage --test crash` runs more (the slow
 //! suite, `HERALD_SLOW=1 scripts/test`, does that). A second test kills a no-sync child and
 //! checks that only about the last `nosync_lag_ms_max` of acknowledged writes can be lost.
-//! SIGKILL tests process crashes; surviving power loss rests on fdatasync of the log and
-//! redb's fsync-based commit, which these tests cannot simulate.
+//! SIGKILL tests process crashes. Full disks, failed syncs, read errors and power loss are
+//! simulated on [`FaultFs`]: `tests/faults.rs` has one test per defined behaviour and
+//! `tests/fault_schedules.rs` random workloads under random faults (docs/storage.md, "Faults").
+//!
+//! # Faults
+//!
+//! `ENOSPC` on the write path refuses the batch with [`StorageError::Full`] and leaves the
+//! store as it was (`space.rs`); a failed fsync fails the store (step 5 above); a read error is
+//! [`StorageError::Corrupted`] naming the table and key (`read.rs`).
 //!
 //! # Modules, bottom up
 //!
@@ -174,7 +181,10 @@
 //! this list; there are no import cycles.
 //!
 //! 1. `error` ([`StorageError`]), `tables` ([`Table`], [`Entry`], a table's pending changes,
-//!    key ranges, the u64 codec), `keysort`, `metrics` (every counter and [`MetricsSnapshot`]).
+//!    key ranges, the u64 codec), `keysort`, `metrics` (every counter and [`MetricsSnapshot`]),
+//!    `vfs` ([`Vfs`], the one seam every file operation goes through; [`RealFs`]) and `fault`
+//!    ([`FaultFs`], the fault-injecting one tests use); then `space` (the disk-full state, the
+//!    reserve, and `RedbFile`, redb's backend wrapped).
 //! 2. `runs/` and `logblocks`: the stored forms of the `index` and `log` tables in redb.
 //! 3. `placement`: which table is stored how; the one function that writes a table's sorted
 //!    entries there (checkpoints and the log's replay).
@@ -184,7 +194,8 @@
 //! 7. `wal/` (records, segments, the log thread, recovery) and then `checkpoint` (the state the
 //!    threads share and the checkpointer, which deletes the segments it covers).
 //! 8. `writer` (the writer thread) with `writer/lanes` (which jobs a batch takes: pure).
-//! 9. `store` ([`Store`]): opens the file, replays the log, starts the threads.
+//! 9. `store` ([`Store`]): opens the file, replays the log, starts the threads; `check`
+//!    ([`check()`]): `herald check`'s offline verification.
 //!
 //! `testing` holds helpers the unit tests share.
 
