@@ -21,9 +21,10 @@
 //! Operations are counted per kind ([`Op`]). [`FaultFs::fail`] fails the `n`th next operation
 //! of a kind (and with `sticky`, every later one until [`FaultFs::heal`]) with `ENOSPC` or
 //! `EIO`; a failed write first writes a random prefix of its data (a short write).
-//! [`FaultFs::set_capacity`] is a disk of that many bytes: growing files beyond it fails with
-//! `ENOSPC` (after writing what fits), and freeing space (removing files, raising the capacity)
-//! makes writes succeed again. Every failure injected is recorded for the test's message.
+//! [`FaultFs::set_capacity`] is a disk of that many bytes: writing or allocating beyond it
+//! fails with `ENOSPC` (a write after writing what fits), and freeing space (removing files,
+//! raising the capacity) makes writes succeed again. Extending a file with `set_len` is sparse
+//! and takes no space, as on Linux file systems (redb grows its file that way). Every failure injected is recorded for the test's message.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -93,6 +94,20 @@ struct MemFile {
     /// The lowest length the file was cut to since the last sync: a sync copies everything
     /// after it (bytes a later extension zeroed).
     cut_to: Option<u64>,
+    /// The bytes that take disk space: up to the furthest byte written or allocated (an
+    /// extension by `set_len` is sparse, as on Linux file systems, and takes none).
+    allocated: u64,
+}
+
+/// How [`State::set_len`] changes a file's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resize {
+    /// `VFile::set_len`: truncate or extend, sparse.
+    SetLen,
+    /// `VFile::allocate`: blocks reserved, never shorter.
+    Allocate,
+    /// redb's `set_len`: sparse, counted as an allocation for the script.
+    Sparse,
 }
 
 #[derive(Debug, Default)]
@@ -138,14 +153,14 @@ impl State {
         Some(fired)
     }
 
-    /// The bytes of every file a name refers to now (an unlinked file's blocks are free at
-    /// once, even though a reboot before the directory sync brings the file back).
+    /// The allocated bytes of every file a name refers to now (an unlinked file's blocks are
+    /// free at once, even though a reboot before the directory sync brings the file back).
     fn used(&self) -> u64 {
         let named: std::collections::HashSet<u64> = self.names.values().copied().collect();
         named
             .iter()
             .filter_map(|id| self.files.get(id))
-            .map(|f| f.data.len() as u64)
+            .map(|f| f.allocated)
             .sum()
     }
 
@@ -162,7 +177,7 @@ impl State {
     }
 
     fn write(&mut self, id: u64, path: &Path, offset: u64, data: &[u8]) -> io::Result<()> {
-        let len = self.file(id)?.data.len() as u64;
+        let len = self.file(id)?.allocated;
         let end = offset + data.len() as u64;
         let room = self.room();
         let mut fault = self.check(Op::Write, path);
@@ -188,6 +203,7 @@ impl State {
         file.data[offset as usize..stop].copy_from_slice(&data[..keep]);
         if keep > 0 {
             file.unsynced.push((offset, keep as u64));
+            file.allocated = file.allocated.max(stop as u64);
         }
         match fault {
             Some(f) => Err(f.error()),
@@ -195,23 +211,35 @@ impl State {
         }
     }
 
-    fn set_len(&mut self, id: u64, path: &Path, len: u64, op: Op) -> io::Result<()> {
-        let current = self.file(id)?.data.len() as u64;
-        if len > current {
+    fn set_len(&mut self, id: u64, path: &Path, len: u64, how: Resize) -> io::Result<()> {
+        let (current, allocated) = {
+            let f = self.file(id)?;
+            (f.data.len() as u64, f.allocated)
+        };
+        if len > current || (how == Resize::Allocate && len > allocated) {
+            let op = if how == Resize::SetLen {
+                Op::Write
+            } else {
+                Op::Allocate
+            };
             if let Some(f) = self.check(op, path) {
                 return Err(f.error());
             }
-            if len - current > self.room() {
+            if how == Resize::Allocate && len - allocated > self.room() {
                 self.injected
-                    .push(format!("growing {} past capacity", path.display()));
+                    .push(format!("allocating {} past capacity", path.display()));
                 return Err(Fault::NoSpace.error());
             }
         }
         let file = self.file(id)?;
-        if op == Op::Allocate && len <= current {
-            return Ok(());
+        if how == Resize::Allocate {
+            file.allocated = file.allocated.max(len);
+            if len <= current {
+                return Ok(());
+            }
         }
         file.data.resize(len as usize, 0);
+        file.allocated = file.allocated.min(len);
         file.unsynced.retain(|(off, _)| *off < len);
         file.cut_to = Some(file.cut_to.map_or(len, |c| c.min(len)));
         Ok(())
@@ -230,6 +258,7 @@ impl State {
             // Linux marks the pages it failed to write clean: their contents are gone.
             Some(f) => {
                 file.data = file.durable.clone();
+                file.allocated = file.allocated.min(file.data.len() as u64);
                 Err(f.error())
             }
             None => {
@@ -384,6 +413,7 @@ impl FaultFs {
             file.durable = disk;
             file.unsynced.clear();
             file.cut_to = None;
+            file.allocated = file.allocated.min(file.data.len() as u64);
         }
         FaultFs {
             state: self.state.clone(),
@@ -407,12 +437,14 @@ impl VFile for FaultFile {
         self.fs.lock()?.sync(self.id, &self.path)
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.fs.lock()?.set_len(self.id, &self.path, len, Op::Write)
+        self.fs
+            .lock()?
+            .set_len(self.id, &self.path, len, Resize::SetLen)
     }
     fn allocate(&self, len: u64) -> io::Result<()> {
         self.fs
             .lock()?
-            .set_len(self.id, &self.path, len, Op::Allocate)
+            .set_len(self.id, &self.path, len, Resize::Allocate)
     }
 }
 
@@ -442,7 +474,7 @@ impl redb::StorageBackend for FaultBackend {
         self.0
             .fs
             .lock()?
-            .set_len(self.0.id, &self.0.path, len, Op::Allocate)
+            .set_len(self.0.id, &self.0.path, len, Resize::Sparse)
     }
     fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()
@@ -472,6 +504,7 @@ impl Vfs for FaultFs {
                 file.data.clear();
                 file.unsynced.clear();
                 file.cut_to = Some(0);
+                file.allocated = 0;
                 id
             }
             (_, None) => {
@@ -562,6 +595,11 @@ impl Vfs for FaultFs {
             drop_if_unnamed(&mut state, id);
         }
         Ok(())
+    }
+
+    fn free_bytes(&self, _dir: &Path) -> io::Result<Option<u64>> {
+        let state = self.lock()?;
+        Ok(state.capacity.map(|_| state.room()))
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {

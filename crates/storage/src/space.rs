@@ -6,12 +6,16 @@
 //! # The protocol
 //!
 //! A store on disk keeps `reserve.tmp`, `StoreOptions::reserve_bytes` of allocated blocks, in
-//! its directory. The first write that fails for lack of space (a log append, or redb's file
-//! growing at a checkpoint) sets the full state and deletes the reserve; a redb write that
+//! its directory. The log enters the full state before the disk is full: a batch finding less
+//! than the reserve's size free (one `statvfs` per batch) is refused and the reserve deleted,
+//! so that checkpoints of what was committed have twice the reserve to write into (the log
+//! alone fills disks; checkpoints write in bursts, and redb refuses its file after any failed
+//! write until it is reopened, which would fail the store). A write that fails for lack of
+//! space anyway (a log append, or redb's file at a checkpoint) does the same; a redb write that
 //! failed is then retried once, in the space just freed. While full, the log refuses every
 //! batch with [`StorageError::Full`](crate::StorageError::Full) before writing anything, and
-//! probes first: it allocates a probe file of twice the reserve's size and, if that succeeds
-//! (the operator freed room for the reserve and as much again for writes), deletes it, takes
+//! probes first: if twice the reserve's size is free (the operator freed room for the reserve
+//! and as much again for writes; `statvfs`, or a probe file where that is unknown), it takes
 //! the reserve back, clears the state and logs the batch. No restart, no timer. (Retaking just
 //! the reserve would succeed in the very space its release freed, and the next write would
 //! fill the disk again with no reserve left.)
@@ -117,6 +121,35 @@ impl Space {
         self.vfs.remove_file(path).is_ok()
     }
 
+    /// Before a batch is logged: enters the full state if less than the reserve's size is
+    /// free (see the module docs). Returns whether the batch may be logged.
+    pub(crate) fn has_room(&self) -> bool {
+        let Some(path) = &self.path else {
+            return true;
+        };
+        let dir = path.parent().unwrap_or(Path::new("."));
+        match self.vfs.free_bytes(dir) {
+            Ok(Some(free)) if free < self.bytes => {
+                self.ran_out();
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether `bytes` more can be written (a log spare, say) leaving the reserve's size free,
+    /// as far as is known.
+    pub(crate) fn has_room_for(&self, bytes: u64) -> bool {
+        let Some(path) = &self.path else {
+            return true;
+        };
+        let dir = path.parent().unwrap_or(Path::new("."));
+        match self.vfs.free_bytes(dir) {
+            Ok(Some(free)) => free >= bytes.saturating_add(self.bytes),
+            _ => true,
+        }
+    }
+
     /// Whether writes are being refused for lack of space.
     pub(crate) fn is_full(&self) -> bool {
         self.full.load(Ordering::SeqCst)
@@ -129,11 +162,21 @@ impl Space {
             return true;
         }
         if let Some(path) = &self.path {
-            let probe = path.with_file_name(PROBE_NAME);
-            let room = self.allocate_at(&probe, self.bytes.saturating_mul(2));
-            let _ = self.vfs.remove_file(&probe);
-            if room.is_err() {
-                return false;
+            let want = self.bytes.saturating_mul(2);
+            let dir = path.parent().unwrap_or(Path::new("."));
+            match self.vfs.free_bytes(dir) {
+                Ok(Some(free)) if free < want => return false,
+                Ok(Some(_)) => {}
+                // Unknown: allocate a probe file. (Not the first choice: while it holds the
+                // space, a checkpoint writing at the same moment could run out.)
+                _ => {
+                    let probe = path.with_file_name(PROBE_NAME);
+                    let room = self.allocate_at(&probe, want);
+                    let _ = self.vfs.remove_file(&probe);
+                    if room.is_err() {
+                        return false;
+                    }
+                }
             }
         }
         if self.allocate().is_ok() {

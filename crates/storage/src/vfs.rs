@@ -60,6 +60,8 @@ pub trait Vfs: Send + Sync + Debug + 'static {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// The names of the files in `dir`.
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// The bytes still free for this process on the file system holding `dir`, if known.
+    fn free_bytes(&self, dir: &Path) -> io::Result<Option<u64>>;
     /// redb's backend for the file at `path` (created if missing and `writable`); it takes
     /// redb's lock, so a second open of the same file fails while the first is open.
     fn redb_backend(
@@ -155,6 +157,29 @@ impl Vfs for RealFs {
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
+    }
+    fn free_bytes(&self, dir: &Path) -> io::Result<Option<u64>> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStrExt;
+            let path =
+                std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(io::Error::other)?;
+            // SAFETY: statvfs writes only into `stat`, which outlives the call; `path` is a
+            // valid NUL-terminated string.
+            let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+            if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
+            Ok(Some(
+                (stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64),
+            ))
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = dir;
+            Ok(None)
+        }
     }
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
         let mut names = Vec::new();

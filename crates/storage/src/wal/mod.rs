@@ -529,6 +529,7 @@ impl WalWriter {
         if self.spare.is_none()
             && !self.spare_failed
             && active.len >= SPARE_AFTER_BYTES.min(self.segment_bytes)
+            && self.space.has_room_for(self.segment_bytes)
         {
             let (dir, bytes) = (self.dir.clone(), self.segment_bytes);
             let vfs = self.vfs.clone();
@@ -548,8 +549,8 @@ impl WalWriter {
             // (the writer's pipeline): it is refused too, and the writer renumbers.
             return Err(full_error("an earlier batch was refused: the disk is full"));
         }
-        if !self.space.probe() {
-            return Err(full_error("the disk is full"));
+        if !self.space.probe() || !self.space.has_room() {
+            return Err(full_error("writes are refused until space is freed"));
         }
         match self.append_record(batch, changes, sync) {
             Err(err) if is_no_space(&err) => {
@@ -678,15 +679,22 @@ fn prepare_spare(vfs: &dyn Vfs, dir: &Path, bytes: u64) -> io::Result<PathBuf> {
             return Ok(path);
         }
     }
-    let file = vfs.open(&path, Open::Truncate)?;
-    let zeros = vec![0u8; CHUNK];
-    let mut written = 0;
-    while written < bytes {
-        let n = (bytes - written).min(CHUNK as u64) as usize;
-        file.write_at(written, &zeros[..n])?;
-        written += n as u64;
+    let written = vfs.open(&path, Open::Truncate).and_then(|file| {
+        let zeros = vec![0u8; CHUNK];
+        let mut written = 0;
+        while written < bytes {
+            let n = (bytes - written).min(CHUNK as u64) as usize;
+            file.write_at(written, &zeros[..n])?;
+            written += n as u64;
+        }
+        file.sync_data()
+    });
+    if let Err(err) = written {
+        // A partial spare would hold the disk's last free bytes until the next rotation, and
+        // a checkpoint running out of space meanwhile fails the store.
+        let _ = vfs.remove_file(&path);
+        return Err(err);
     }
-    file.sync_data()?;
     Ok(path)
 }
 
