@@ -31,6 +31,17 @@
 //! record of a batch at or below redb's checkpoint before looking at anything else (a checkpoint
 //! never goes back), so they read like the bytes of a torn tail.
 //!
+//! # Faults
+//!
+//! Every file operation goes through the store's [`Vfs`]. A batch is refused with
+//! [`StorageError::Full`] before anything is written while the disk is full (`space.rs`: fewer
+//! free bytes than the reserve, or an earlier `ENOSPC` not yet followed by a successful probe).
+//! A write that fails with `ENOSPC` cuts the active segment back to its last good length and
+//! refuses the batch the same way: nothing of it was made durable and the log is as it was, so
+//! the store goes on. Any other failure, and every failed sync (whatever its errno: what it
+//! failed to write is gone, and a retry would report success), fails the store. A spare is
+//! prepared only when it fits beside the reserve, and one that fails is deleted at once.
+//!
 //! # Records
 //!
 //! One record per committed batch that wrote something, little-endian:
