@@ -493,6 +493,17 @@ impl Checkpointer {
                 }
                 Err(err) => {
                     self.shared.metrics.commit_failed();
+                    // redb refuses its file after a failed write or sync: say what to do.
+                    let err = match err {
+                        StorageError::Io(e) => StorageError::Io(Arc::new(std::io::Error::new(
+                            e.kind(),
+                            format!(
+                                "a checkpoint failed ({e}); the store refuses writes until it \
+                                 is reopened (restart the server), which replays the log"
+                            ),
+                        ))),
+                        other => other,
+                    };
                     state.failed.get_or_insert(err);
                     drop(state);
                     self.shared.changed.notify_all();

@@ -239,7 +239,11 @@ pub(crate) fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<PathBuf
 /// A failed sync is never "disk full", whatever its errno: what it failed to write is lost,
 /// and only a reopen (replaying what is durable) gets back to a known state.
 fn sync_failed(err: io::Error) -> io::Error {
-    io::Error::other(format!("fsync of the write-ahead log failed: {err}"))
+    io::Error::other(format!(
+        "fsync of the write-ahead log failed ({err}): what it was writing may be lost, so the \
+         store refuses writes until it is reopened (restart the server), which replays what is \
+         durable"
+    ))
 }
 
 /// The number of the last batch a checkpoint applied to redb (0 for a new store).
