@@ -7,7 +7,8 @@
 //!
 //! A store on disk keeps `reserve.tmp`, `StoreOptions::reserve_bytes` of allocated blocks, in
 //! its directory. The log enters the full state before the disk is full: a batch finding less
-//! than the reserve's size free (one `statvfs` per batch) is refused and the reserve deleted,
+//! than the reserve's size free (`statvfs`, looked at again after a quarter of what was free
+//! beyond the reserve has been logged) is refused and the reserve deleted,
 //! so that checkpoints of what was committed have twice the reserve to write into (the log
 //! alone fills disks; checkpoints write in bursts, and redb refuses its file after any failed
 //! write until it is reopened, which would fail the store). A write that fails for lack of
@@ -23,7 +24,7 @@
 use std::io;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::vfs::{is_no_space, Open, Vfs};
@@ -43,6 +44,11 @@ pub(crate) struct Space {
     /// The reserve file exists with its blocks allocated.
     held: Mutex<bool>,
     full: AtomicBool,
+    /// Log bytes that may still be appended before free space is looked at again: a quarter of
+    /// what was free beyond the reserve at the last look (the log shares the disk with redb
+    /// and other processes), so a busy log costs one `statvfs` per that many bytes, not one
+    /// per batch.
+    unchecked: AtomicU64,
 }
 
 impl Space {
@@ -55,6 +61,7 @@ impl Space {
             bytes,
             held: Mutex::new(false),
             full: AtomicBool::new(false),
+            unchecked: AtomicU64::new(0),
         })
     }
 
@@ -110,6 +117,7 @@ impl Space {
     /// whether space was freed (a write that failed may then be retried once).
     pub(crate) fn ran_out(&self) -> bool {
         self.full.store(true, Ordering::SeqCst);
+        self.unchecked.store(0, Ordering::Relaxed);
         let Some(path) = &self.path else {
             return false;
         };
@@ -127,14 +135,31 @@ impl Space {
         let Some(path) = &self.path else {
             return true;
         };
+        if self.unchecked.load(Ordering::Relaxed) > 0 {
+            return true;
+        }
         let dir = path.parent().unwrap_or(Path::new("."));
         match self.vfs.free_bytes(dir) {
             Ok(Some(free)) if free < self.bytes => {
                 self.ran_out();
                 false
             }
+            Ok(Some(free)) => {
+                self.unchecked
+                    .store((free - self.bytes) / 4, Ordering::Relaxed);
+                true
+            }
             _ => true,
         }
+    }
+
+    /// The log appended `bytes` (see [`has_room`](Space::has_room)).
+    pub(crate) fn spent(&self, bytes: u64) {
+        let _ = self
+            .unchecked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                Some(left.saturating_sub(bytes))
+            });
     }
 
     /// Whether `bytes` more can be written (a log spare, say) leaving the reserve's size free,

@@ -605,6 +605,7 @@ impl WalWriter {
             }
         }
         let appended = self.buf.len() as u64;
+        self.space.spent(appended);
         active.len += appended;
         active.last_batch = batch;
         self.written = batch;
