@@ -66,15 +66,16 @@ impl Space {
     }
 
     /// At open: makes sure the reserve exists. On a full disk the store opens in the full
-    /// state (reads work, writes are refused until space returns); other errors fail the open.
+    /// state (reads work, writes are refused until space returns). A file system that cannot
+    /// allocate (another error) just has no reserve: it is a safety margin, not a condition
+    /// of opening.
     pub(crate) fn establish(&self) -> io::Result<()> {
         match self.allocate() {
-            Ok(()) => Ok(()),
             Err(err) if is_no_space(&err) => {
                 self.full.store(true, Ordering::SeqCst);
                 Ok(())
             }
-            Err(err) => Err(err),
+            _ => Ok(()),
         }
     }
 

@@ -355,3 +355,21 @@ fn a_log_spare_that_does_not_fit_is_not_left_holding_the_disk() {
         .write_refusal()
         .is_none_or(|e| e.code() == "storage_full"));
 }
+
+#[test]
+fn a_store_opened_on_a_full_disk_reads_and_refuses_writes_until_space_returns() {
+    let fs = FaultFs::new(8);
+    let store = open(&fs, options()).unwrap();
+    put(&store, "a", b"1").unwrap();
+    store.close().unwrap();
+    let reserve = Path::new(DIR).join(herald_storage::RESERVE_NAME);
+    herald_storage::Vfs::remove_file(&fs, &reserve).unwrap();
+    fs.set_capacity(Some(fs.used() + 1000));
+    let store = open(&fs, options()).unwrap();
+    assert_eq!(get(&store, "a").as_deref(), Some(&b"1"[..]));
+    assert_eq!(put(&store, "b", b"2").unwrap_err().code(), "storage_full");
+    fs.set_capacity(None);
+    put(&store, "b", b"2").unwrap();
+    store.close().unwrap();
+    assert_clean(&fs);
+}
