@@ -15,7 +15,8 @@
 //!    reads the feed and the commit log through `Db`.
 //! 5. `db`: [`Db`], one database: open, reads and queries (`mod.rs`), committing
 //!    (`submit.rs`), indexes and their builds (`indexes.rs`), trigger and task operations
-//!    (`triggers.rs`), collections, system records.
+//!    (`triggers.rs`), collections, system records; and `check`: `herald check`'s database
+//!    half (documents against index entries, offline).
 //! 4. `write`: the write path: [`Write`]s validated on the caller's thread (`prepare`), then
 //!    applied as named steps in one storage job (`apply.rs`); and `exec`: a plan run on a
 //!    snapshot.
@@ -37,6 +38,7 @@
 //! ([`LogRead::Gone`], or [`DbError::LogGone`] where it must be an error), never `corrupt`.
 
 mod catalog;
+pub mod check;
 mod clock;
 mod commitlog;
 mod db;
@@ -69,6 +71,7 @@ pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};
 pub use herald_storage::{
     lower_current_thread_priority, make_current_thread_idle, Durability, Histogram,
     HistogramSnapshot, StoreOptions, Ticket, WriteError as WriteFailure, CACHE_BYTES_MAX,
+    RESERVE_BYTES,
 };
 pub use indexer::{COMPOSITE_ENTRIES_PER_DOC_MAX, INDEX_ENTRIES_PER_DOC_MAX};
 pub use mutations::{

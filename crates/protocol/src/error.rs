@@ -118,6 +118,7 @@ error_codes! {
     StorageClosed = ("storage_closed", 503, None, true, "the store is closed"),
     StorageIo = ("storage_io", 500, None, true, "a disk operation failed"),
     StorageCorrupted = ("storage_corrupted", 500, None, false, "the data file is corrupted"),
+    StorageFull = ("storage_full", 507, None, true, "the disk is full: nothing was applied; writes resume by themselves once space is freed"),
     StorageIncompatibleFormat = ("storage_incompatible_format", 500, None, false, "the data file needs an upgrade or was written by a newer Herald"),
     StorageLocked = ("storage_locked", 500, None, false, "another process holds the data file"),
     CommitFailed = ("commit_failed", 500, None, true, "the storage commit failed; nothing was applied"),

@@ -59,6 +59,6 @@ pub use service::{
     ClusterStatus, CollectionInfo, CollectionList, DeadPurged, DeadRetried, DocDeleted, DocUpdated,
     DocWritten, ExemptionsSet, GridCell, GridStatus, Health, HealthStatus, IndexDropped,
     KeyCreated, KeyInfo, KeyList, KeyRevoked, NodeRole, NodeStatus, RulesSet, StateDigest,
-    TriggerDeleted,
+    TriggerDeleted, WriteRefusal,
 };
 pub use write::{CommitBody, CommitReply, CommitResult, Write, WriteItem, WriteOp};

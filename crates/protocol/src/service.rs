@@ -15,12 +15,25 @@ macro_rules! decode {
     };
 }
 
-/// `GET /v1/health`: `{"status":"ok","seq"}`, the last committed seq.
+/// `GET /v1/health`: `{"status":"ok","seq"}`, the last committed seq, and `writes` only while
+/// the store refuses writes (reads are still served): the error code writes get now
+/// (`storage_full`: the disk is full, writes resume by themselves once space is freed; any
+/// other: the store failed and needs a restart) and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Health {
     pub status: HealthStatus,
     pub seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes: Option<WriteRefusal>,
+}
+
+/// Why a server refuses writes now (in [`Health`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriteRefusal {
+    pub code: String,
+    pub message: String,
 }
 
 /// A serving server is `ok` (one that is not does not answer).

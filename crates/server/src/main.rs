@@ -88,6 +88,15 @@ enum RulesCommand {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Verify a stopped server's data directory offline: the write-ahead log, the data file,
+    /// index runs and commit-log blocks, and index entries against documents. Prints what it
+    /// finds; exits 1 on damage, 2 if it cannot check (no store there, or a server has it
+    /// open). See docs/storage.md, "herald check".
+    Check {
+        /// Data directory.
+        #[arg(long, default_value = "./herald-data")]
+        data: PathBuf,
+    },
     /// Manage API keys on a running server.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -134,6 +143,11 @@ enum Command {
             value_parser = clap::value_parser!(u64).range(CACHE_MIB_MIN..=CACHE_MIB_MAX)
         )]
         cache_mib: u64,
+        /// Disk space kept in reserve beside the data (`reserve.tmp`), in MiB: released when
+        /// the disk fills, so that checkpoints and a clean shutdown can still write; writes
+        /// resume once twice this much is free again (docs/storage.md, "Faults"). 0: none.
+        #[arg(long, default_value_t = herald_storage_reserve_mib())]
+        reserve_mib: u64,
         /// Commit-log records kept (the window for live-query resume).
         #[arg(long, default_value_t = 1_000_000)]
         log_retention_count: u64,
@@ -344,9 +358,48 @@ fn run_async(label: &str, fut: impl std::future::Future<Output = Result<(), Stri
     }
 }
 
+/// The storage layer's default reserve, in MiB.
+const fn herald_storage_reserve_mib() -> u64 {
+    herald_db::RESERVE_BYTES >> 20
+}
+
+/// `herald check`: prints the report; exits 1 on damage, 2 if the store could not be checked.
+fn check_command(data: &std::path::Path) {
+    match herald_db::check::check(data) {
+        Ok(report) => {
+            for note in &report.notes {
+                println!("ok: {note}");
+            }
+            for finding in &report.findings {
+                println!("DAMAGED: {}", finding.0);
+            }
+            if report.is_clean() {
+                println!("herald check: {} is intact", data.display());
+            } else {
+                println!(
+                    "herald check: {} finding(s) of damage in {}",
+                    report.findings.len(),
+                    data.display()
+                );
+                std::process::exit(1);
+            }
+        }
+        Err(err) => {
+            let hint = if err.code() == "storage_locked" {
+                " (a server has it open: stop it first)"
+            } else {
+                ""
+            };
+            eprintln!("herald check: cannot check {}: {err}{hint}", data.display());
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     match cli.command {
+        Command::Check { data } => check_command(&data),
         Command::Keys(cmd) => run_async("herald keys", keys_command(cmd)),
         Command::Rules(RulesCommand::Test { file }) => {
             match herald_rules::testfile::run_file(&file) {
@@ -373,6 +426,7 @@ fn main() {
             allowed_origins,
             durability,
             cache_mib,
+            reserve_mib,
             log_retention_count,
             log_retention_secs,
             trigger_workers,
@@ -440,6 +494,7 @@ fn main() {
                     log_retention_age: Duration::from_secs(log_retention_secs),
                     store: herald_db::StoreOptions {
                         cache_bytes_max: (cache_mib as usize) << 20,
+                        reserve_bytes: reserve_mib << 20,
                         ..Default::default()
                     },
                     ..DbOptions::default()

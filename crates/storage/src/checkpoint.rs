@@ -227,6 +227,11 @@ impl Shared {
         Ok(())
     }
 
+    /// The store's failure, if it has failed.
+    pub(crate) fn failure(&self) -> Option<StorageError> {
+        self.lock().failed.clone()
+    }
+
     /// Records the store's first failure: later batches fail with it, readers carry on.
     pub(crate) fn fail(&self, err: StorageError) {
         self.lock().failed.get_or_insert(err);
@@ -254,21 +259,6 @@ impl Shared {
     pub(crate) fn close(&self) {
         self.lock().closing = true;
         self.changed.notify_all();
-    }
-}
-
-/// Asks the kernel to start writing the file's dirty pages to disk, without waiting. Without
-/// it the pages that non-durable checkpoints write stay in the page cache (the kernel's own
-/// writeback starts only at gigabytes, or after 30 s) until the next durable checkpoint's
-/// `fsync` flushes them all at once: hundreds of megabytes at high ingest rates, during which
-/// the log's own `fdatasync`s queue behind them and every client write stalls.
-/// Started early, the writes spread over the interval. Best effort: an error only loses that.
-fn start_writeback(file: &std::fs::File) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: sync_file_range only reads its integer arguments; the descriptor stays open
-    // for the call (borrowed from `file`).
-    unsafe {
-        libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
     }
 }
 
@@ -356,7 +346,7 @@ pub(crate) struct Checkpointer {
     pub(crate) segments: Option<Arc<Segments>>,
     /// The redb file (`None` in memory), for starting the writeback of what a non-durable
     /// checkpoint wrote (see [`start_writeback`]).
-    pub(crate) file: Option<std::fs::File>,
+    pub(crate) file: Option<Box<dyn crate::vfs::VFile>>,
     /// Merging index runs (and their parsed metadata, shared with every [`Base`]).
     pub(crate) merges: Arc<Merges>,
 }
@@ -503,6 +493,17 @@ impl Checkpointer {
                 }
                 Err(err) => {
                     self.shared.metrics.commit_failed();
+                    // redb refuses its file after a failed write or sync: say what to do.
+                    let err = match err {
+                        StorageError::Io(e) => StorageError::Io(Arc::new(std::io::Error::new(
+                            e.kind(),
+                            format!(
+                                "a checkpoint failed ({e}); the store refuses writes until it \
+                                 is reopened (restart the server), which replays the log"
+                            ),
+                        ))),
+                        other => other,
+                    };
                     state.failed.get_or_insert(err);
                     drop(state);
                     self.shared.changed.notify_all();
@@ -513,7 +514,7 @@ impl Checkpointer {
             // Closing: every batch is durably in redb now, and the writer has closed its segment.
             segments.delete_covered(u64::MAX)?;
             // Nor a recycled segment: a closed store leaves no log behind.
-            crate::wal::remove_stale_spare(segments.dir())?;
+            segments.remove_stale_spare()?;
         }
         Ok(())
     }
@@ -637,13 +638,13 @@ impl Checkpointer {
         txn.commit()?;
         if !durable {
             if let Some(file) = &self.file {
-                start_writeback(file);
+                file.start_writeback();
             }
         }
         self.shared
             .metrics
             .checkpoint_committed(started.elapsed(), durable);
-        let base = Base::open(&self.db, &self.merges.cache)?;
+        let base = Base::open(&*self.db, &self.merges.cache)?;
         self.merges.metrics.set_index_runs(base.runs.len());
         if base.runs.len() < RUNS_MAX {
             // The merger merges in the background; a full channel means it is awake already.
@@ -657,12 +658,12 @@ impl Checkpointer {
         // Merges fell behind: merge here until back under the bound (this checkpoint's
         // successor, and at the layers' bound the writer, wait meanwhile).
         while self.merges.merge_once(u32::MAX)? {
-            let base = Base::open(&self.db, &self.merges.cache)?;
+            let base = Base::open(&*self.db, &self.merges.cache)?;
             if base.runs.len() < RUNS_MAX {
                 return Ok(base);
             }
         }
-        Base::open(&self.db, &self.merges.cache)
+        Base::open(&*self.db, &self.merges.cache)
     }
 }
 

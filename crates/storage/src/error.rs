@@ -46,6 +46,11 @@ pub enum StorageError {
     /// redb reported a condition this crate's use of it should make impossible (a bug here).
     #[error("internal storage error: {0}")]
     Internal(String),
+    /// The disk is full: the batch was refused before any of it was made durable, and the
+    /// store refuses writes until space is freed (then it resumes by itself; `space.rs`).
+    /// Reads carry on. Retryable.
+    #[error("the disk is full: {0}")]
+    Full(String),
     /// The store is a replica that cannot commit writes of its own now: this node is not the
     /// cluster's primary, it was deposed, or the replicated log cannot be reached. Nothing of
     /// the batch was applied; a client retries (on the primary).
@@ -71,6 +76,7 @@ impl StorageError {
             StorageError::InvalidOptions(_) => "invalid_options",
             StorageError::Internal(_) => "storage_internal",
             StorageError::Unavailable(_) => "unavailable",
+            StorageError::Full(_) => "storage_full",
         }
     }
 }
@@ -149,7 +155,7 @@ from_redb!(
 pub(crate) fn commit_error(err: StorageError) -> StorageError {
     match err {
         StorageError::Io(_) | StorageError::Corrupted(_) | StorageError::Closed => err,
-        StorageError::Commit(_) | StorageError::Unavailable(_) => err,
+        StorageError::Commit(_) | StorageError::Unavailable(_) | StorageError::Full(_) => err,
         other => StorageError::Commit(other.to_string()),
     }
 }
@@ -173,6 +179,7 @@ mod tests {
             StorageError::InvalidOptions("x".into()),
             StorageError::Internal("x".into()),
             StorageError::Unavailable("x".into()),
+            StorageError::Full("x".into()),
         ];
         let mut codes: Vec<_> = all.iter().map(StorageError::code).collect();
         for code in &codes {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use redb::{ReadOnlyTable, ReadableDatabase, ReadableTableMetadata};
+use redb::{ReadOnlyTable, ReadableTableMetadata};
 
 use std::ops::Bound;
 
@@ -403,7 +403,10 @@ pub(crate) struct Base {
 }
 
 impl Base {
-    pub(crate) fn open(db: &redb::Database, cache: &RunCache) -> Result<Base, StorageError> {
+    pub(crate) fn open(
+        db: &(impl redb::ReadableDatabase + ?Sized),
+        cache: &RunCache,
+    ) -> Result<Base, StorageError> {
         let txn = db.begin_read()?;
         let tables = Table::ALL
             .iter()

@@ -165,8 +165,15 @@
 //! `HERALD_CRASH_CYCLES=1000 cargo test -p herald-storage --test crash` runs more (the slow
 //! suite, `HERALD_SLOW=1 scripts/test`, does that). A second test kills a no-sync child and
 //! checks that only about the last `nosync_lag_ms_max` of acknowledged writes can be lost.
-//! SIGKILL tests process crashes; surviving power loss rests on fdatasync of the log and
-//! redb's fsync-based commit, which these tests cannot simulate.
+//! SIGKILL tests process crashes. Full disks, failed syncs, read errors and power loss are
+//! simulated on [`FaultFs`]: `tests/faults.rs` has one test per defined behaviour and
+//! `tests/fault_schedules.rs` random workloads under random faults (docs/storage.md, "Faults").
+//!
+//! # Faults
+//!
+//! `ENOSPC` on the write path refuses the batch with [`StorageError::Full`] and leaves the
+//! store as it was (`space.rs`); a failed fsync fails the store (step 5 above); a read error is
+//! [`StorageError::Corrupted`] naming the table and key (`read.rs`).
 //!
 //! # Modules, bottom up
 //!
@@ -174,7 +181,10 @@
 //! this list; there are no import cycles.
 //!
 //! 1. `error` ([`StorageError`]), `tables` ([`Table`], [`Entry`], a table's pending changes,
-//!    key ranges, the u64 codec), `keysort`, `metrics` (every counter and [`MetricsSnapshot`]).
+//!    key ranges, the u64 codec), `keysort`, `metrics` (every counter and [`MetricsSnapshot`]),
+//!    `vfs` ([`Vfs`], the one seam every file operation goes through; [`RealFs`]) and `fault`
+//!    ([`FaultFs`], the fault-injecting one tests use); then `space` (the disk-full state, the
+//!    reserve, and `RedbFile`, redb's backend wrapped).
 //! 2. `runs/` and `logblocks`: the stored forms of the `index` and `log` tables in redb.
 //! 3. `placement`: which table is stored how; the one function that writes a table's sorted
 //!    entries there (checkpoints and the log's replay).
@@ -184,12 +194,15 @@
 //! 7. `wal/` (records, segments, the log thread, recovery) and then `checkpoint` (the state the
 //!    threads share and the checkpointer, which deletes the segments it covers).
 //! 8. `writer` (the writer thread) with `writer/lanes` (which jobs a batch takes: pure).
-//! 9. `store` ([`Store`]): opens the file, replays the log, starts the threads.
+//! 9. `store` ([`Store`]): opens the file, replays the log, starts the threads; `check`
+//!    ([`check()`]): `herald check`'s offline verification.
 //!
 //! `testing` holds helpers the unit tests share.
 
+mod check;
 mod checkpoint;
 mod error;
+mod fault;
 mod job;
 mod keysort;
 mod layer;
@@ -201,23 +214,29 @@ mod read;
 mod replication;
 mod replicator;
 mod runs;
+mod space;
 mod store;
 mod tables;
 #[cfg(test)]
 mod testing;
+mod vfs;
 mod wal;
 mod write;
 mod writer;
 
+pub use check::{check, Finding, Report};
 pub use error::{StorageError, WriteError};
+pub use fault::{Fault, FaultFs, Op};
 pub use job::{Ticket, TicketFuture};
 pub use layer::ReadPoint;
 pub use metrics::{Histogram, HistogramSnapshot, MetricsSnapshot};
 pub use read::{ReadRange, ReadTxn};
 pub use replication::{apply_record, stamp, visit_record, Applied, STAMP_KEY};
 pub use replicator::Replicator;
+pub use space::RESERVE_NAME;
 pub use store::{Store, FILE_NAME};
 pub use tables::{decode_u64, encode_u64, Entry, Table, FORMAT_VERSION, TABLE_COUNT};
+pub use vfs::{is_no_space, Open, RealFs, VFile, Vfs};
 pub use write::{WriteRange, WriteTxn};
 
 /// The largest key plus value, in bytes, that one entry may hold. redb's own ceiling is about
@@ -269,6 +288,10 @@ pub const LAYERS_BYTES_MAX: usize = 256 << 20;
 /// Default size at which the writer starts a new write-ahead-log segment file.
 pub const WAL_SEGMENT_BYTES: u64 = 64 << 20;
 
+/// Default size of the disk-space reserve (`space.rs`): freed when the disk fills, so that the
+/// checkpoints of what was committed and a clean shutdown can still write.
+pub const RESERVE_BYTES: u64 = 64 << 20;
+
 /// When a write counts as done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
@@ -317,6 +340,8 @@ pub struct StoreOptions {
     pub layers_bytes_max: usize,
     /// Size at which the writer starts a new write-ahead-log segment.
     pub wal_segment_bytes: u64,
+    /// The disk-space reserve kept beside the files (0: none); see `space.rs`.
+    pub reserve_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -335,6 +360,7 @@ impl Default for StoreOptions {
             durable_checkpoint_interval_ms: DURABLE_CHECKPOINT_INTERVAL_MS,
             layers_bytes_max: LAYERS_BYTES_MAX,
             wal_segment_bytes: WAL_SEGMENT_BYTES,
+            reserve_bytes: RESERVE_BYTES,
         }
     }
 }

@@ -30,7 +30,9 @@ impl ReadTxn {
 
     /// The value stored under `key`, if any.
     pub fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        self.snapshot.get(table, key)
+        self.snapshot
+            .get(table, key)
+            .map_err(|err| damaged(table, Some(key), err))
     }
 
     /// Where this transaction reads, for a write job that reuses values read here (see
@@ -57,8 +59,9 @@ impl ReadTxn {
     ) -> Result<ReadRange<'_>, StorageError> {
         let inner = self
             .snapshot
-            .merged(table, tables::key_bounds(&range), &[])?;
-        Ok(ReadRange { inner })
+            .merged(table, tables::key_bounds(&range), &[])
+            .map_err(|err| damaged(table, None, err))?;
+        Ok(ReadRange { inner, table })
     }
 
     /// The entries whose keys start with `prefix`, lazily, in key order.
@@ -66,8 +69,9 @@ impl ReadTxn {
         let owned = tables::prefix_bounds(prefix);
         let inner = self
             .snapshot
-            .merged(table, tables::borrow_bounds(&owned), &[])?;
-        Ok(ReadRange { inner })
+            .merged(table, tables::borrow_bounds(&owned), &[])
+            .map_err(|err| damaged(table, Some(prefix), err))?;
+        Ok(ReadRange { inner, table })
     }
 
     /// A digest of every entry of every table (64-bit FNV-1a over table, key and value, in key
@@ -110,19 +114,51 @@ impl ReadTxn {
 /// silently omits data is worse than one that stops.
 pub struct ReadRange<'a> {
     inner: Merged<'a>,
+    table: Table,
 }
 
 impl Iterator for ReadRange<'_> {
     type Item = Result<Entry, StorageError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.inner.step(Side::Front)
+        let table = self.table;
+        Some(
+            self.inner
+                .step(Side::Front)?
+                .map_err(|e| damaged(table, None, e)),
+        )
     }
 }
 
 impl DoubleEndedIterator for ReadRange<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
-        self.inner.step(Side::Back)
+        let table = self.table;
+        Some(
+            self.inner
+                .step(Side::Back)?
+                .map_err(|e| damaged(table, None, e)),
+        )
+    }
+}
+
+/// A read that failed because the disk returned an error or the bytes are not what was
+/// written: [`StorageError::Corrupted`], naming the table (and the key, if one was asked for)
+/// so that an operator knows what is damaged. The damaged bytes themselves are never returned.
+/// Other errors pass unchanged.
+fn damaged(table: Table, key: Option<&[u8]>, err: StorageError) -> StorageError {
+    let at = match key {
+        Some(key) => {
+            let shown: String = String::from_utf8_lossy(key).chars().take(120).collect();
+            format!("table {}, key {shown:?}", table.name())
+        }
+        None => format!("table {}", table.name()),
+    };
+    match err {
+        StorageError::Io(e) => StorageError::Corrupted(format!("reading {at}: {e}")),
+        StorageError::Corrupted(msg) if !msg.starts_with("reading table ") => {
+            StorageError::Corrupted(format!("reading {at}: {msg}"))
+        }
+        other => other,
     }
 }
 

@@ -12,7 +12,9 @@ use crate::job::{BackgroundJob, Job, Msg, Ticket, TypedJob};
 use crate::layer::Base;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::read::ReadTxn;
+use crate::space::{RedbFile, Space};
 use crate::tables::{Table, FORMAT_VERSION, RUN_BLOCKS, RUN_META, STATE, STATE_FORMAT};
+use crate::vfs::{Open, RealFs, VFile, Vfs};
 use crate::wal::{self, LogThread, Segments, Wal, WalWriter};
 use crate::write::WriteTxn;
 use crate::writer::{Channels, Lanes, Writer};
@@ -44,6 +46,8 @@ pub struct Store {
     metrics: Arc<Metrics>,
     // The queue's capacity, reported in `Overloaded`.
     write_queue_max: usize,
+    /// The disk-full state (`space.rs`).
+    space: Arc<Space>,
 }
 
 impl Store {
@@ -52,23 +56,52 @@ impl Store {
     /// (a full scan of it unless quick repair is on), so opening can take time proportional to
     /// the file's size plus the log's.
     pub fn open(dir: &Path, options: StoreOptions) -> Result<Store, StorageError> {
+        Store::open_with(dir, options, Arc::new(RealFs))
+    }
+
+    /// [`open`](Store::open) with every file operation going through `vfs`: tests pass a
+    /// [`FaultFs`](crate::FaultFs) to fail operations and simulate power loss.
+    pub fn open_with(
+        dir: &Path,
+        options: StoreOptions,
+        vfs: Arc<dyn Vfs>,
+    ) -> Result<Store, StorageError> {
         options.validate()?;
-        std::fs::create_dir_all(dir)?;
+        vfs.create_dir_all(dir)?;
+        let space = Space::new(vfs.clone(), Some(dir), options.reserve_bytes);
+        let path = dir.join(FILE_NAME);
+        let new = vfs.len(&path).is_err();
+        let backend = RedbFile {
+            inner: vfs.redb_backend(&path, true)?,
+            space: Some(space.clone()),
+        };
         let db = redb::Builder::new()
             .set_cache_size(options.cache_bytes_max)
-            .create(dir.join(FILE_NAME))?;
+            .create_with_backend(backend)?;
+        if new {
+            // The new file's name must be durable before a checkpoint may delete log
+            // segments (and so the only other copy of what it holds).
+            vfs.sync_dir(dir)?;
+        }
         create_tables(&db)?;
         // Before the log's replay, which writes index runs newer than what the B-tree holds.
         crate::runs::upgrade_index_table(&db)?;
         crate::logblocks::upgrade_log_table(&db)?;
         crate::runs::remove_orphans(&db)?;
-        let last_batch = wal::recover(&db, dir)?;
-        let segments = Segments::new(dir);
-        crate::wal::remove_stale_spare(dir)?;
-        let writer = WalWriter::new(dir, segments.clone(), options.wal_segment_bytes, last_batch);
-        let file = std::fs::File::open(dir.join(FILE_NAME))?;
+        let last_batch = wal::recover(&db, &*vfs, dir)?;
+        let segments = Segments::new(vfs.clone(), dir);
+        crate::wal::remove_stale_spare(&*vfs, dir)?;
+        space.establish()?;
+        let writer = WalWriter::new(
+            vfs.clone(),
+            space.clone(),
+            segments.clone(),
+            options.wal_segment_bytes,
+            last_batch,
+        );
+        let file = vfs.open(&path, Open::Existing)?;
         let log = Some((segments, file));
-        Store::start(db, options, Wal::File(writer), log, last_batch)
+        Store::start(db, options, Wal::File(writer), log, last_batch, space)
     }
 
     /// A store that lives in memory only: for tests of the layers above. `Durability` is
@@ -96,15 +129,17 @@ impl Store {
             .create_with_backend(backend)?;
         create_tables(&db)?;
         let last_batch = wal::checkpointed(&db)?;
-        Store::start(db, options, wal, None, last_batch)
+        let space = Space::new(Arc::new(RealFs), None, 0);
+        Store::start(db, options, wal, None, last_batch, space)
     }
 
     fn start(
         db: redb::Database,
         options: StoreOptions,
         wal: Wal,
-        log: Option<(Arc<Segments>, std::fs::File)>,
+        log: Option<(Arc<Segments>, Box<dyn VFile>)>,
         last_batch: u64,
+        space: Arc<Space>,
     ) -> Result<Store, StorageError> {
         let (segments, file) = log.unzip();
         let db = Arc::new(db);
@@ -122,7 +157,7 @@ impl Store {
             metrics: metrics.clone(),
             merging: Default::default(),
         });
-        let shared = Shared::new(Base::open(&db, &merges.cache)?, limits, metrics.clone());
+        let shared = Shared::new(Base::open(&*db, &merges.cache)?, limits, metrics.clone());
         let (queue, receiver) = mpsc::sync_channel(options.write_queue_max);
         let (background, background_rx) = mpsc::sync_channel(options.background_queue_max);
         let writer_sleeping = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -180,6 +215,7 @@ impl Store {
             checkpointer: Some(checkpointer),
             metrics,
             write_queue_max: options.write_queue_max,
+            space,
         })
     }
 
@@ -302,7 +338,26 @@ impl Store {
 
     /// The writer's and checkpointer's counters.
     pub fn metrics(&self) -> MetricsSnapshot {
-        self.metrics.snapshot()
+        let mut snapshot = self.metrics.snapshot();
+        snapshot.disk_full = self.space.is_full();
+        snapshot
+    }
+
+    /// Why the store refuses writes now, if it does: the disk is full (it resumes by itself
+    /// once space is freed), or a write, sync or checkpoint failed (it needs a reopen). While
+    /// the disk is full, asking probes for freed space (`space.rs`), so that a caller polling
+    /// it (the trigger dispatcher, health checks) sees writes resume even when no client
+    /// writes.
+    pub fn write_refusal(&self) -> Option<StorageError> {
+        if let Some(err) = self.shared.failure() {
+            return Some(err);
+        }
+        if self.space.is_full() {
+            self.space.probe();
+        }
+        self.space.is_full().then(|| {
+            StorageError::Full("the disk is full; writes resume once space is freed".into())
+        })
     }
 
     /// Stops accepting jobs, lets the writer commit everything already queued, makes it

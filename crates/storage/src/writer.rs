@@ -364,9 +364,10 @@ impl Writer {
             }
             Err(err) => {
                 let err = commit_error(err);
-                if let StorageError::Unavailable(_) = err {
-                    // A replica's refusal: the batch was neither logged nor published, so the
-                    // store is as it was before it, and its number is free again.
+                if let StorageError::Unavailable(_) | StorageError::Full(_) = err {
+                    // A replica's refusal or a full disk: the batch was neither logged nor
+                    // published, so the store is as it was before it, and its number is free
+                    // again.
                     if let Some(layer) = &batch.layer {
                         self.next_batch = self.next_batch.min(layer.batch);
                     }

@@ -61,6 +61,7 @@ export const ERROR_CODES = {
   storage_closed: { http: 503, wsClose: null, retryable: true },
   storage_io: { http: 500, wsClose: null, retryable: true },
   storage_corrupted: { http: 500, wsClose: null, retryable: false },
+  storage_full: { http: 507, wsClose: null, retryable: true },
   storage_incompatible_format: { http: 500, wsClose: null, retryable: false },
   storage_locked: { http: 500, wsClose: null, retryable: false },
   commit_failed: { http: 500, wsClose: null, retryable: true },

@@ -205,10 +205,12 @@ export interface DeadLetters {
 
 // ---- the other endpoints' answers (crates/protocol/src/service.rs) ----
 
-/** `GET /v1/health`. */
+/** `GET /v1/health`; `writes` only while the server refuses writes (reads still work): the
+ * code writes get now (`storage_full`: the disk is full, writes resume once space is freed). */
 export interface Health {
   status: "ok";
   seq: number;
+  writes?: { code: string; message: string };
 }
 
 /** `GET /v1/collections`: a page in byte order; `more` when the page is full. */
@@ -815,13 +817,21 @@ const list =
     return v.map(item);
   };
 
-export const decodeHealth = exact<Health>("health answer", {
-  status: (v) => {
-    if (v !== "ok") throw new ProtocolError(`not a health status: ${JSON.stringify(v)}`);
-    return v;
-  },
-  seq: Reader.uint,
+const decodeWriteRefusal = exact<{ code: string; message: string }>("write refusal", {
+  code: Reader.str,
+  message: Reader.str,
 });
+export const decodeHealth = (v: unknown): Health => {
+  const r = new Reader(object(v, "health answer"), "health answer");
+  r.only(["status", "seq", "writes"]);
+  const status = r.field("status", (s): "ok" => {
+    if (s !== "ok") throw new ProtocolError(`not a health status: ${JSON.stringify(s)}`);
+    return s;
+  });
+  const seq = r.field("seq", Reader.uint);
+  const writes = r.optional("writes", decodeWriteRefusal);
+  return writes === undefined ? { status, seq } : { status, seq, writes };
+};
 const nullOr =
   <T>(item: (v: unknown) => T) =>
   (v: unknown): T | null =>

@@ -236,6 +236,13 @@ impl Db {
         self.inner.store.metrics()
     }
 
+    /// Why the store refuses writes now, if it does (reads still work): the disk is full
+    /// (`storage_full`, resumes by itself once space is freed) or the store failed (needs a
+    /// restart). See docs/storage.md, "Faults".
+    pub fn write_refusal(&self) -> Option<herald_storage::StorageError> {
+        self.inner.store.write_refusal()
+    }
+
     /// The change feed (committed transactions in seq order).
     pub fn feed(&self) -> &Feed {
         &self.inner.feed

@@ -147,6 +147,21 @@ fn render(db: &herald_db::Db) -> String {
     let _ = writeln!(out, "herald_storage_layers_bytes {}", m.layers_bytes);
     family(
         &mut out,
+        "herald_storage_disk_full",
+        "gauge",
+        "1 while writes are refused because the disk is full (they resume once space is freed).",
+    );
+    let _ = writeln!(out, "herald_storage_disk_full {}", u8::from(m.disk_full));
+    family(
+        &mut out,
+        "herald_storage_writes_refused",
+        "gauge",
+        "1 while the store refuses writes for any reason (a full disk, or a failure that needs a restart).",
+    );
+    let refused = db.write_refusal().is_some();
+    let _ = writeln!(out, "herald_storage_writes_refused {}", u8::from(refused));
+    family(
+        &mut out,
         "herald_storage_index_runs",
         "gauge",
         "Index runs in the store (sorted runs of index entries; docs/storage.md).",

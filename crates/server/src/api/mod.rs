@@ -24,12 +24,18 @@ use axum::extract::State;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use error::ApiError;
-use herald_protocol::{ErrorCode, Health, HealthStatus};
+use herald_protocol::{ErrorCode, Health, HealthStatus, WriteRefusal};
 
+/// `ok` while serving; `writes` says why writes are refused, if they are (a full disk, a
+/// failed store): reads still work then.
 async fn health(State(st): State<AppState>) -> Json<Health> {
     Json(Health {
         status: HealthStatus::Ok,
         seq: st.db.seq(),
+        writes: st.db.write_refusal().map(|err| WriteRefusal {
+            code: err.code().to_string(),
+            message: err.to_string(),
+        }),
     })
 }
 

@@ -38,6 +38,8 @@ const IDLE_WAIT_MS_MAX: u64 = 1000;
 /// How often a node that is not the primary looks at its role again (no bell rings on a role
 /// change): the delay between a takeover and its first task.
 pub const ROLE_POLL_MS: u64 = 200;
+/// How often a dispatcher paused by a store that refuses writes (a full disk) looks again.
+pub const REFUSED_POLL_MS: u64 = 500;
 
 #[derive(Default)]
 struct Signal {
@@ -149,6 +151,16 @@ impl Dispatcher {
             if !self.is_primary() {
                 windows.clear();
                 if !self.bell.wait(Duration::from_millis(ROLE_POLL_MS)) {
+                    break;
+                }
+                continue;
+            }
+            // A store that refuses writes (a full disk) cannot record any task's outcome:
+            // running tasks would only spend their attempts and call webhooks again and again.
+            // Pause until it takes writes (asking probes for freed space, so this also notices
+            // when no client writes).
+            if self.db.write_refusal().is_some() {
+                if !self.bell.wait(Duration::from_millis(REFUSED_POLL_MS)) {
                     break;
                 }
                 continue;

@@ -150,6 +150,7 @@ impl Metrics {
             checkpoint_commit_nanos: self.checkpoint_commit_nanos.load(Relaxed),
             checkpoint_wait_nanos: self.checkpoint_wait_nanos.load(Relaxed),
             index_runs: self.index_runs.load(Relaxed),
+            disk_full: false,
             index_run_merges: self.run_merges.load(Relaxed),
             index_run_merge_entries: self.run_merge_entries.load(Relaxed),
             index_run_merge_nanos: self.run_merge_nanos.load(Relaxed),
@@ -195,6 +196,9 @@ pub struct MetricsSnapshot {
     pub checkpoint_wait_nanos: u64,
     /// Index runs the store holds (as of the last checkpoint).
     pub index_runs: u64,
+    /// The disk is full: writes are refused until space is freed (`space.rs`). Filled in by
+    /// `Store::metrics`.
+    pub disk_full: bool,
     /// Merges of index runs done, the entries they read, and the nanoseconds they took
     /// (reading, writing and committing).
     pub index_run_merges: u64,

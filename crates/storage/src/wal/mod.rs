@@ -31,6 +31,17 @@
 //! record of a batch at or below redb's checkpoint before looking at anything else (a checkpoint
 //! never goes back), so they read like the bytes of a torn tail.
 //!
+//! # Faults
+//!
+//! Every file operation goes through the store's [`Vfs`]. A batch is refused with
+//! [`StorageError::Full`] before anything is written while the disk is full (`space.rs`: fewer
+//! free bytes than the reserve, or an earlier `ENOSPC` not yet followed by a successful probe).
+//! A write that fails with `ENOSPC` cuts the active segment back to its last good length and
+//! refuses the batch the same way: nothing of it was made durable and the log is as it was, so
+//! the store goes on. Any other failure, and every failed sync (whatever its errno: what it
+//! failed to write is gone, and a retry would report success), fails the store. A spare is
+//! prepared only when it fits beside the reserve, and one that fails is deleted at once.
+//!
 //! # Records
 //!
 //! One record per committed batch that wrote something, little-endian:
@@ -57,8 +68,7 @@
 //! in them just ends the replay. Each record is checked whole, so a batch applies entirely or
 //! not at all.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Seek, SeekFrom, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -70,7 +80,9 @@ use redb::ReadableDatabase;
 use crate::layer::{Changes, Layer};
 use crate::metrics::Metrics;
 use crate::placement::write_sorted;
+use crate::space::{full_error, Space};
 use crate::tables::{Table, TableMap, STATE, STATE_CHECKPOINT, TABLE_COUNT};
+use crate::vfs::{is_no_space, Open, VFile, Vfs};
 use crate::StorageError;
 
 const MAGIC: [u8; 4] = *b"HWAL";
@@ -208,32 +220,34 @@ fn segment_path(dir: &Path, first_batch: u64) -> PathBuf {
 }
 
 /// The store's segment files, oldest first.
-pub(crate) fn list_segments(dir: &Path) -> io::Result<Vec<PathBuf>> {
+pub(crate) fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<PathBuf>> {
     let mut found = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for name in vfs.list(dir)? {
         let first = name
             .strip_prefix("wal-")
             .and_then(|n| n.strip_suffix(".log"))
             .filter(|n| n.len() == 20)
             .and_then(|n| n.parse::<u64>().ok());
         if let Some(first) = first {
-            found.push((first, entry.path()));
+            found.push((first, dir.join(&name)));
         }
     }
     found.sort();
     Ok(found.into_iter().map(|(_, path)| path).collect())
 }
 
-/// Makes file creations and deletions in `dir` durable.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+/// A failed sync is never "disk full", whatever its errno: what it failed to write is lost,
+/// and only a reopen (replaying what is durable) gets back to a known state.
+fn sync_failed(err: io::Error) -> io::Error {
+    io::Error::other(format!(
+        "fsync of the write-ahead log failed ({err}): what it was writing may be lost, so the \
+         store refuses writes until it is reopened (restart the server), which replays what is \
+         durable"
+    ))
 }
 
 /// The number of the last batch a checkpoint applied to redb (0 for a new store).
-pub(crate) fn checkpointed(db: &redb::Database) -> Result<u64, StorageError> {
+pub(crate) fn checkpointed(db: &(impl ReadableDatabase + ?Sized)) -> Result<u64, StorageError> {
     let txn = db.begin_read()?;
     let state = match txn.open_table(STATE) {
         Ok(state) => state,
@@ -245,24 +259,69 @@ pub(crate) fn checkpointed(db: &redb::Database) -> Result<u64, StorageError> {
 
 /// Replays the log in `dir` into redb after a crash (see the module docs), makes the result
 /// durable, deletes the log and returns the number of the last batch now in redb.
-pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageError> {
+pub(crate) fn recover(db: &redb::Database, vfs: &dyn Vfs, dir: &Path) -> Result<u64, StorageError> {
     let checkpointed = checkpointed(db)?;
-    let segments = list_segments(dir)?;
+    let segments = list_segments(vfs, dir)?;
     if segments.is_empty() {
         return Ok(checkpointed);
     }
+    let Replay { last, changes, .. } = replay(vfs, &segments, checkpointed)?;
+    let mut txn = db.begin_write()?;
+    txn.set_quick_repair(true);
+    for table in Table::ALL {
+        let entries = changes[table.index()].iter();
+        write_sorted(
+            &txn,
+            table,
+            entries.map(|(k, v)| (k.as_slice(), v.as_deref())),
+        )?;
+    }
+    txn.open_table(STATE)?.insert(STATE_CHECKPOINT, last)?;
+    txn.commit()?;
+    for path in &segments {
+        vfs.remove_file(path)?;
+    }
+    vfs.sync_dir(dir)?;
+    Ok(last)
+}
+
+/// What the log holds after the last checkpoint (see [`replay`]).
+pub(crate) struct Replay {
+    /// The last batch of the unbroken sequence after the checkpoint.
+    pub(crate) last: u64,
+    /// The newest entry of each key of those batches, per table.
+    pub(crate) changes: [TableMap; TABLE_COUNT],
+    /// Intact records replayed, and bytes skipped as not a record (torn tails, zeros, old
+    /// records of a recycled segment).
+    pub(crate) records: u64,
+    pub(crate) skipped_bytes: u64,
+}
+
+/// Reads `segments` (oldest first) and gathers every batch after `checkpointed` that the
+/// module docs' rules say to replay; the rules' damage is [`StorageError::Corrupted`]. Shared
+/// by recovery and `herald check`, so the check judges a log exactly as a restart would.
+pub(crate) fn replay(
+    vfs: &dyn Vfs,
+    segments: &[PathBuf],
+    checkpointed: u64,
+) -> Result<Replay, StorageError> {
     let mut last = checkpointed;
+    let (mut records, mut skipped_bytes) = (0, 0);
     // The newest entry of each key, per table: written like a checkpoint's, after the replay.
     // In memory meanwhile: what the layers held before the crash, plus what non-durable
     // checkpoints had applied since the last durable one (the log keeps both).
     let mut changes: [TableMap; TABLE_COUNT] = Default::default();
-    for path in &segments {
-        let data = fs::read(path)?;
+    for path in segments {
+        let data = vfs.read(path).map_err(|err| {
+            StorageError::Corrupted(format!("reading WAL segment {}: {err}", path.display()))
+        })?;
         let mut off = 0;
         while off < data.len() {
             let Some(record) = parse(&data, off) else {
                 // Not an intact record: skip to the next place one could start.
-                off = next_magic(&data, off + 1);
+                let next = next_magic(&data, off + 1);
+                skipped_bytes += (next - off) as u64;
+                off = next;
                 continue;
             };
             off = record.end;
@@ -270,6 +329,7 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
                 continue;
             }
             if record.batch == last + 1 {
+                records += 1;
                 decode(record.body, |table, key, value| {
                     // Newer batches overwrite older ones here.
                     changes[table.index()].insert(key.to_vec(), value.map(<[u8]>::to_vec));
@@ -296,23 +356,12 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
             // otherwise (or, in no-sync mode, were told this could happen).
         }
     }
-    let mut txn = db.begin_write()?;
-    txn.set_quick_repair(true);
-    for table in Table::ALL {
-        let entries = changes[table.index()].iter();
-        write_sorted(
-            &txn,
-            table,
-            entries.map(|(k, v)| (k.as_slice(), v.as_deref())),
-        )?;
-    }
-    txn.open_table(STATE)?.insert(STATE_CHECKPOINT, last)?;
-    txn.commit()?;
-    for path in &segments {
-        fs::remove_file(path)?;
-    }
-    sync_dir(dir)?;
-    Ok(last)
+    Ok(Replay {
+        last,
+        changes,
+        records,
+        skipped_bytes,
+    })
 }
 
 fn next_magic(data: &[u8], from: usize) -> usize {
@@ -324,13 +373,15 @@ fn next_magic(data: &[u8], from: usize) -> usize {
 /// The closed segments that still exist, each with the last batch it holds. The writer adds to
 /// it; the checkpointer deletes what a checkpoint covers.
 pub(crate) struct Segments {
+    vfs: Arc<dyn Vfs>,
     dir: PathBuf,
     closed: Mutex<Vec<(PathBuf, u64)>>,
 }
 
 impl Segments {
-    pub(crate) fn new(dir: &Path) -> Arc<Segments> {
+    pub(crate) fn new(vfs: Arc<dyn Vfs>, dir: &Path) -> Arc<Segments> {
         Arc::new(Segments {
+            vfs,
             dir: dir.to_path_buf(),
             closed: Mutex::new(Vec::new()),
         })
@@ -341,9 +392,9 @@ impl Segments {
         closed.push((path, last_batch));
     }
 
-    /// The store's directory.
-    pub(crate) fn dir(&self) -> &Path {
-        &self.dir
+    /// Deletes a leftover spare and the recycled segments (at close).
+    pub(crate) fn remove_stale_spare(&self) -> io::Result<()> {
+        remove_stale_spare(&*self.vfs, &self.dir)
     }
 
     /// Deletes (or keeps as the recycled segment, see the module docs) every closed segment
@@ -357,7 +408,7 @@ impl Segments {
             if *last > checkpointed {
                 return true;
             }
-            match retire(&self.dir, path) {
+            match retire(&*self.vfs, &self.dir, path) {
                 Ok(()) => false,
                 Err(err) if err.kind() == io::ErrorKind::NotFound => false,
                 Err(err) => {
@@ -367,7 +418,7 @@ impl Segments {
             }
         });
         if closed.len() < before {
-            sync_dir(&self.dir)?;
+            self.vfs.sync_dir(&self.dir)?;
         }
         result
     }
@@ -376,17 +427,17 @@ impl Segments {
 /// Removes a segment every batch of which a durable checkpoint covers, or keeps it as the
 /// recycled file that a later spare is made of (see the module docs), if a slot is free and
 /// the segment is large enough to be worth it.
-fn retire(dir: &Path, path: &Path) -> io::Result<()> {
-    let large = fs::metadata(path).is_ok_and(|m| m.len() >= SPARE_AFTER_BYTES);
+fn retire(vfs: &dyn Vfs, dir: &Path, path: &Path) -> io::Result<()> {
+    let large = vfs.len(path).is_ok_and(|len| len >= SPARE_AFTER_BYTES);
     if large {
         let free = (0..RECYCLED_MAX)
             .map(|slot| recycled_path(dir, slot))
-            .find(|p| !p.exists());
+            .find(|p| vfs.len(p).is_err());
         if let Some(recycled) = free {
-            return fs::rename(path, recycled);
+            return vfs.rename(path, &recycled);
         }
     }
-    fs::remove_file(path)
+    vfs.remove_file(path)
 }
 
 /// Where the writer logs batches.
@@ -434,6 +485,9 @@ impl Wal {
 
 /// The writer thread's side of the log: the active segment.
 pub(crate) struct WalWriter {
+    vfs: Arc<dyn Vfs>,
+    /// The disk-full state: appends are refused (before writing) while it is set.
+    space: Arc<Space>,
     dir: PathBuf,
     segments: Arc<Segments>,
     segment_bytes: u64,
@@ -450,7 +504,7 @@ pub(crate) struct WalWriter {
 }
 
 struct Active {
-    file: File,
+    file: Box<dyn VFile>,
     path: PathBuf,
     len: u64,
     last_batch: u64,
@@ -462,13 +516,16 @@ impl WalWriter {
     /// A writer whose first batch will be `last_batch + 1`; everything up to `last_batch` is
     /// already durable (in redb).
     pub(crate) fn new(
-        dir: &Path,
+        vfs: Arc<dyn Vfs>,
+        space: Arc<Space>,
         segments: Arc<Segments>,
         segment_bytes: u64,
         last_batch: u64,
     ) -> WalWriter {
         WalWriter {
-            dir: dir.to_path_buf(),
+            dir: segments.dir.clone(),
+            vfs,
+            space,
             segments,
             segment_bytes,
             active: None,
@@ -487,16 +544,39 @@ impl WalWriter {
         if self.spare.is_none()
             && !self.spare_failed
             && active.len >= SPARE_AFTER_BYTES.min(self.segment_bytes)
+            && self.space.has_room_for(self.segment_bytes)
         {
             let (dir, bytes) = (self.dir.clone(), self.segment_bytes);
+            let vfs = self.vfs.clone();
             self.spare = std::thread::Builder::new()
                 .name("herald-wal-spare".into())
-                .spawn(move || prepare_spare(&dir, bytes))
+                .spawn(move || prepare_spare(&*vfs, &dir, bytes))
                 .ok();
         }
     }
 
+    /// Appends (and syncs, if `sync`) `batch`'s record. Fails with an `ENOSPC`-kind error
+    /// only when nothing of the record remains and the store may go on (the full state, see
+    /// `space.rs`); any other error leaves the log in an unknown state.
     fn append(&mut self, batch: u64, changes: &Changes, sync: bool) -> io::Result<u64> {
+        if batch != self.written + 1 {
+            // The batch before it was refused for lack of space, and this one read its writes
+            // (the writer's pipeline): it is refused too, and the writer renumbers.
+            return Err(full_error("an earlier batch was refused: the disk is full"));
+        }
+        if !self.space.probe() || !self.space.has_room() {
+            return Err(full_error("writes are refused until space is freed"));
+        }
+        match self.append_record(batch, changes, sync) {
+            Err(err) if is_no_space(&err) => {
+                self.space.ran_out();
+                Err(err)
+            }
+            other => other,
+        }
+    }
+
+    fn append_record(&mut self, batch: u64, changes: &Changes, sync: bool) -> io::Result<u64> {
         let spare_ready = self.spare.as_ref().is_some_and(JoinHandle::is_finished);
         if self.active.as_ref().is_none_or(|a| {
             a.len >= self.segment_bytes || (!a.preallocated && spare_ready && a.len > 0)
@@ -506,20 +586,26 @@ impl WalWriter {
         self.buf.clear();
         encode(&mut self.buf, batch, self.synced, changes);
         let active = self.active.as_mut().expect("a segment is open");
-        let written = active.file.write_all(&self.buf).and_then(|()| {
-            if sync {
-                active.file.sync_data()?;
+        if let Err(err) = active.file.write_at(active.len, &self.buf) {
+            // Leave no partial record behind for a later append to follow. Out of space with
+            // the tail cut back, nothing of the record was made durable and the log is as it
+            // was: the store refuses writes until space returns. Otherwise it fails.
+            let cut = active.file.set_len(active.len);
+            return match cut {
+                Ok(()) => Err(err),
+                Err(cut) => Err(io::Error::other(format!(
+                    "{err}; then cutting the log's tail back failed: {cut}"
+                ))),
+            };
+        }
+        if sync {
+            if let Err(err) = active.file.sync_data() {
+                let _ = active.file.set_len(active.len);
+                return Err(sync_failed(err));
             }
-            Ok(())
-        });
-        if let Err(err) = written {
-            // Best effort: leave no partial record behind for a later append to follow. The
-            // caller fails the store either way.
-            let _ = active.file.set_len(active.len);
-            let _ = active.file.seek(SeekFrom::Start(active.len));
-            return Err(err);
         }
         let appended = self.buf.len() as u64;
+        self.space.spent(appended);
         active.len += appended;
         active.last_batch = batch;
         self.written = batch;
@@ -536,7 +622,7 @@ impl WalWriter {
     fn sync(&mut self) -> io::Result<()> {
         if let Some(active) = &self.active {
             if self.synced < self.written {
-                active.file.sync_data()?;
+                active.file.sync_data().map_err(sync_failed)?;
             }
         }
         self.synced = self.written;
@@ -556,24 +642,25 @@ impl WalWriter {
         // failed only costs the preallocation.
         let ready = self.spare.take_if(|h| h.is_finished());
         let spare = match ready.map(JoinHandle::join) {
-            Some(Ok(Ok(spare))) => fs::rename(&spare, &path).is_ok(),
+            Some(Ok(Ok(spare))) => self.vfs.rename(&spare, &path).is_ok(),
             Some(_) => {
                 self.spare_failed = true;
-                let _ = remove_stale_spare(&self.dir); // whatever part of it was written
+                let _ = remove_stale_spare(&*self.vfs, &self.dir); // whatever part of it was written
                 false
             }
             None => false,
         };
-        let file = if spare {
-            OpenOptions::new().write(true).open(&path)?
+        let how = if spare {
+            Open::Existing
         } else {
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)?
+            Open::CreateNew
         };
+        let file = self.vfs.open(&path, how)?;
         // The new file's name must be durable before any record in it is acknowledged.
-        sync_dir(&self.dir)?;
+        if let Err(err) = self.vfs.sync_dir(&self.dir) {
+            let _ = self.vfs.remove_file(&path);
+            return Err(sync_failed(err));
+        }
         self.active = Some(Active {
             file,
             path,
@@ -591,7 +678,7 @@ impl WalWriter {
         }
         if let Some(spare) = self.spare.take() {
             let _ = spare.join(); // ready or failed, the file goes
-            remove_stale_spare(&self.dir)?;
+            remove_stale_spare(&*self.vfs, &self.dir)?;
         }
         Ok(())
     }
@@ -599,38 +686,41 @@ impl WalWriter {
 
 /// Writes the spare segment: `bytes` of zeros, synced with its size, so that writing into it
 /// later changes no file metadata. Returns its path.
-fn prepare_spare(dir: &Path, bytes: u64) -> io::Result<PathBuf> {
+fn prepare_spare(vfs: &dyn Vfs, dir: &Path, bytes: u64) -> io::Result<PathBuf> {
     const CHUNK: usize = 1 << 20;
     let path = dir.join(SPARE_NAME);
     // A retired segment is already written to its full size and synced: reuse it.
     for slot in 0..RECYCLED_MAX {
-        if fs::rename(recycled_path(dir, slot), &path).is_ok() {
+        if vfs.rename(&recycled_path(dir, slot), &path).is_ok() {
             return Ok(path);
         }
     }
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)?;
-    let zeros = vec![0u8; CHUNK];
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(CHUNK as u64) as usize;
-        file.write_all(&zeros[..n])?;
-        left -= n as u64;
+    let written = vfs.open(&path, Open::Truncate).and_then(|file| {
+        let zeros = vec![0u8; CHUNK];
+        let mut written = 0;
+        while written < bytes {
+            let n = (bytes - written).min(CHUNK as u64) as usize;
+            file.write_at(written, &zeros[..n])?;
+            written += n as u64;
+        }
+        file.sync_data()
+    });
+    if let Err(err) = written {
+        // A partial spare would hold the disk's last free bytes until the next rotation, and
+        // a checkpoint running out of space meanwhile fails the store.
+        let _ = vfs.remove_file(&path);
+        return Err(err);
     }
-    file.sync_all()?;
     Ok(path)
 }
 
 /// Deletes a spare segment and a recycled one (they hold no record that is not in redb): what
 /// a crash left behind, or at close.
-pub(crate) fn remove_stale_spare(dir: &Path) -> io::Result<()> {
+pub(crate) fn remove_stale_spare(vfs: &dyn Vfs, dir: &Path) -> io::Result<()> {
     let recycled = (0..RECYCLED_MAX).map(|slot| recycled_path(dir, slot));
     let names = [dir.join(SPARE_NAME), dir.join(RECYCLED_OLD_NAME)];
     for path in names.into_iter().chain(recycled) {
-        match fs::remove_file(path) {
+        match vfs.remove_file(&path) {
             Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
             _ => {}
         }
@@ -720,7 +810,13 @@ fn serve(
                                     metrics.log_synced(started.elapsed());
                                 }
                             })
-                            .map_err(StorageError::from)
+                            .map_err(|err| {
+                                if is_no_space(&err) {
+                                    StorageError::Full(err.to_string())
+                                } else {
+                                    StorageError::from(err)
+                                }
+                            })
                     }),
                 LogRequest::Sync => wal
                     .sync()
@@ -733,7 +829,10 @@ fn serve(
             },
         };
         match &result {
-            // A replica's refusal leaves the log as it was (`replication.rs`).
+            // A replica's refusal leaves the log as it was (`replication.rs`), and so does a
+            // full disk (`WalWriter::append`), unless the replicated log had already accepted
+            // the batch: then this node's log lacks a batch the cluster has, and it stops.
+            Err(StorageError::Full(_)) if replicator.get().is_none() => {}
             Err(StorageError::Unavailable(_)) | Ok(()) => {}
             Err(err) => {
                 failed.get_or_insert_with(|| err.clone());

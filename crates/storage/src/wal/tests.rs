@@ -1,9 +1,11 @@
 //! Tests of the write-ahead log: record format and damage, replay after crashes, segments,
 //! spares and recycled segments.
 
+use std::fs;
 use std::path::Path;
 
 use super::*;
+use crate::vfs::RealFs;
 use crate::{Store, StoreOptions};
 
 fn changes(key: &[u8], value: Option<&[u8]>) -> Changes {
@@ -24,7 +26,7 @@ fn closed_store(dir: &Path) {
         .unwrap();
     store.close().unwrap();
     assert!(
-        list_segments(dir).unwrap().is_empty(),
+        list_segments(&RealFs, dir).unwrap().is_empty(),
         "close leaves no log"
     );
 }
@@ -110,7 +112,7 @@ fn replay_applies_records_after_the_checkpoint_and_ignores_a_torn_tail() {
     log.truncate(starts[3] + 40);
     fs::write(segment_path(dir.path(), 1), &log).unwrap();
     assert_eq!(docs(dir.path()).unwrap(), [entry(b"b", b"2")]);
-    assert!(list_segments(dir.path()).unwrap().is_empty());
+    assert!(list_segments(&RealFs, dir.path()).unwrap().is_empty());
 
     // The store goes on from batch 4 and the replayed state survives the next restart.
     let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
@@ -146,7 +148,7 @@ fn a_damaged_record_that_a_later_record_says_was_durable_is_corruption() {
     assert_eq!(err.code(), "storage_corrupted", "{err}");
     // Nothing was applied and the log is kept for inspection.
     assert_eq!(checkpointed(&redb_of(dir.path())).unwrap(), 1);
-    assert_eq!(list_segments(dir.path()).unwrap().len(), 1);
+    assert_eq!(list_segments(&RealFs, dir.path()).unwrap().len(), 1);
 }
 
 #[test]
@@ -187,7 +189,11 @@ fn a_busy_log_moves_into_a_zero_filled_spare_and_replays_through_its_zeros() {
     let dir = tempfile::tempdir().unwrap();
     closed_store(dir.path());
     let segment_bytes = 2 * SPARE_AFTER_BYTES;
-    let mut w = WalWriter::new(dir.path(), Segments::new(dir.path()), segment_bytes, 1);
+    let mut w = test_writer(
+        Segments::new(Arc::new(RealFs), dir.path()),
+        segment_bytes,
+        1,
+    );
     let value = vec![7u8; 64 << 10];
     let mut batch = 1u64;
     let mut append = |w: &mut WalWriter| {
@@ -222,7 +228,7 @@ fn a_busy_log_moves_into_a_zero_filled_spare_and_replays_through_its_zeros() {
     assert_eq!(all.len() as u64, appended, "a plus batches 2..={appended}");
     assert!(all.iter().any(|(k, _)| k[..] == appended.to_be_bytes()));
     // Recovery and close leave neither segments nor a spare behind.
-    assert!(list_segments(dir.path()).unwrap().is_empty());
+    assert!(list_segments(&RealFs, dir.path()).unwrap().is_empty());
     assert!(!dir.path().join(SPARE_NAME).exists());
 }
 
@@ -232,9 +238,9 @@ fn a_busy_log_moves_into_a_zero_filled_spare_and_replays_through_its_zeros() {
 fn a_recycled_segment_replays_only_its_new_records() {
     let dir = tempfile::tempdir().unwrap();
     closed_store(dir.path());
-    let segments = Segments::new(dir.path());
+    let segments = Segments::new(Arc::new(RealFs), dir.path());
     let closed = |s: &Arc<Segments>| s.closed.lock().unwrap().clone();
-    let mut w = WalWriter::new(dir.path(), segments.clone(), 2 * SPARE_AFTER_BYTES, 1);
+    let mut w = test_writer(segments.clone(), 2 * SPARE_AFTER_BYTES, 1);
     let value = vec![7u8; 64 << 10];
     let mut batch = 1u64;
     let mut append = |w: &mut WalWriter| {
@@ -309,18 +315,18 @@ fn covered_segments_fill_the_recycled_slots_and_spares_take_them() {
     };
     let small = d.join("wal-small.log");
     fs::write(&small, b"x").unwrap();
-    retire(d, &small).unwrap();
+    retire(&RealFs, d, &small).unwrap();
     assert!(
         !small.exists() && !recycled_path(d, 0).exists(),
         "too small to keep"
     );
     let paths: Vec<PathBuf> = (0..RECYCLED_MAX + 2).map(segment).collect();
     for path in &paths {
-        retire(d, path).unwrap();
+        retire(&RealFs, d, path).unwrap();
     }
     assert!(paths.iter().all(|p| !p.exists()));
     assert!((0..RECYCLED_MAX).all(|slot| recycled_path(d, slot).exists()));
-    let spare = prepare_spare(d, 2 * SPARE_AFTER_BYTES).unwrap();
+    let spare = prepare_spare(&RealFs, d, 2 * SPARE_AFTER_BYTES).unwrap();
     assert_eq!(
         fs::metadata(&spare).unwrap().len(),
         SPARE_AFTER_BYTES,
@@ -333,7 +339,7 @@ fn covered_segments_fill_the_recycled_slots_and_spares_take_them() {
         RECYCLED_MAX - 1
     );
     fs::write(d.join(RECYCLED_OLD_NAME), b"").unwrap();
-    remove_stale_spare(d).unwrap();
+    remove_stale_spare(&RealFs, d).unwrap();
     assert_eq!(fs::read_dir(d).unwrap().count(), 0);
 }
 
@@ -356,6 +362,13 @@ fn close_deletes_the_spare() {
             .unwrap();
     }
     store.close().unwrap();
-    assert!(list_segments(dir.path()).unwrap().is_empty());
+    assert!(list_segments(&RealFs, dir.path()).unwrap().is_empty());
     assert!(!dir.path().join(SPARE_NAME).exists());
+}
+
+/// A writer on the real file system with no disk-space reserve.
+fn test_writer(segments: Arc<Segments>, segment_bytes: u64, last_batch: u64) -> WalWriter {
+    let vfs: Arc<dyn Vfs> = Arc::new(RealFs);
+    let space = Space::new(vfs.clone(), None, 0);
+    WalWriter::new(vfs, space, segments, segment_bytes, last_batch)
 }
