@@ -35,6 +35,10 @@ use std::time::Duration;
 
 /// Most queued messages written to a WebSocket with one flush.
 const OUT_BATCH_MAX: usize = 64;
+/// How long a closing connection waits for the client's close frame (see [`close`]).
+const CLOSE_LINGER: Duration = Duration::from_secs(5);
+/// Most client messages read and discarded while a connection closes.
+const CLOSE_LINGER_MESSAGES_MAX: usize = 1024;
 
 pub async fn ws(
     State(st): State<AppState>,
@@ -83,6 +87,12 @@ async fn send_text(socket: &mut WebSocket, text: String) -> bool {
 
 /// Closes the connection with `reason`, after an error with code `after` if one was sent: the
 /// close code is that error's (`ErrorCode::ws_close`), else a policy violation.
+///
+/// Then it lingers: it reads and discards what the client still sends until the client's close
+/// frame, for at most [`CLOSE_LINGER`] and [`CLOSE_LINGER_MESSAGES_MAX`] messages. Dropping a
+/// socket with unread input makes the kernel answer with a reset, and a reset can destroy the
+/// replies and the close frame before the client has read them. A client that reads nothing
+/// cannot hold the task either: sending the close frame has the same bound.
 async fn close(socket: &mut WebSocket, after: Option<ErrorCode>, reason: &'static str) {
     let frame = CloseFrame {
         code: after
@@ -90,7 +100,27 @@ async fn close(socket: &mut WebSocket, after: Option<ErrorCode>, reason: &'stati
             .unwrap_or(WS_CLOSE_POLICY),
         reason: reason.into(),
     };
-    let _ = socket.send(Message::Close(Some(frame))).await;
+    let linger = async {
+        if socket.send(Message::Close(Some(frame))).await.is_err() {
+            return;
+        }
+        for _ in 0..CLOSE_LINGER_MESSAGES_MAX {
+            match socket.recv().await {
+                None | Some(Ok(Message::Close(_))) => return,
+                // A message over the limit was read whole and dropped: the framing holds.
+                Some(Err(e)) if !too_large(&e) => return,
+                Some(_) => {}
+            }
+        }
+    };
+    let _ = tokio::time::timeout(CLOSE_LINGER, linger).await;
+}
+
+/// Whether a read failed on a message over [`WS_MESSAGE_BYTES_MAX`] (the library reads such a
+/// message, up to its frame bound, and refuses it; the connection's framing is intact).
+fn too_large(e: &axum::Error) -> bool {
+    let inner = std::error::Error::source(e).and_then(|s| s.downcast_ref::<tungstenite::Error>());
+    matches!(inner, Some(tungstenite::Error::Capacity(_)))
 }
 
 /// The code of an error message.
@@ -168,7 +198,18 @@ async fn run_ws(
             incoming = socket.recv(), if writes.has_room() => {
                 let text = match incoming {
                     Some(Ok(Message::Text(t))) => t,
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(Message::Close(_))) | None => break,
+                    Some(Err(e)) => {
+                        // The replies to earlier messages are already written; the client
+                        // learns why the connection ends (error, then the close frame).
+                        if too_large(&e) {
+                            let e = ApiError::new(ErrorCode::MessageTooLarge, format!(
+                                "a message is over {WS_MESSAGE_BYTES_MAX} bytes"));
+                            let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
+                            close(&mut socket, Some(e.code), "a message is over the size limit").await;
+                        }
+                        break;
+                    }
                     Some(Ok(Message::Binary(_))) => {
                         let e = ApiError::new(ErrorCode::BadRequest, "messages must be JSON text");
                         if !send_msg(&mut socket, &error_msg(None, &e)).await { break }
