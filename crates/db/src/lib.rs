@@ -40,6 +40,7 @@ mod catalog;
 mod clock;
 mod commitlog;
 mod db;
+pub mod decoders;
 mod error;
 mod exec;
 mod feed;

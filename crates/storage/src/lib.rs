@@ -189,6 +189,7 @@
 //! `testing` holds helpers the unit tests share.
 
 mod checkpoint;
+pub mod decoders;
 mod error;
 mod job;
 mod keysort;

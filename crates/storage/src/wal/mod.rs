@@ -315,7 +315,7 @@ pub(crate) fn recover(db: &redb::Database, dir: &Path) -> Result<u64, StorageErr
     Ok(last)
 }
 
-fn next_magic(data: &[u8], from: usize) -> usize {
+pub(crate) fn next_magic(data: &[u8], from: usize) -> usize {
     data.get(from..)
         .and_then(|rest| rest.windows(MAGIC.len()).position(|w| w == MAGIC))
         .map_or(data.len(), |i| from + i)
