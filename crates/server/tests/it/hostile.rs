@@ -3,7 +3,7 @@
 //! it sent before are delivered first.
 
 use crate::common::ws::{connect, send, Ws};
-use crate::common::Server;
+use crate::common::{self, Server};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -62,5 +62,86 @@ async fn replies_arrive_before_an_oversized_message_closes_the_connection() {
     let (code, reason) = close.expect("a close frame");
     assert_eq!(code, u16::from(CloseCode::Size));
     assert!(reason.contains("message is over"), "{reason}");
+    s.stop().await;
+}
+
+/// The value of a `/metrics` line `name value`.
+async fn metric(s: &Server, name: &str) -> u64 {
+    let text = s
+        .client
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("/metrics has no {name}"))
+}
+
+/// Polls `name` until it reads `want` (bounded: 20 s).
+async fn wait_metric(s: &Server, name: &str, want: u64) {
+    let start = std::time::Instant::now();
+    loop {
+        let got = metric(s, name).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{name} is {got}, not {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Puts `n` documents that each move a `sort: {n: -1}, limit: 1` window (so every one is a
+/// `changes` message to its subscriber), about 2 KB each.
+async fn flood(s: &Server, n: usize) {
+    let big = "x".repeat(2000);
+    let mut body = String::new();
+    for i in 0..n {
+        body.push_str(&json!({"op": "put", "collection": "c", "id": format!("d{i}"), "doc": {"n": i, "pad": big}}).to_string());
+        body.push('\n');
+    }
+    assert_eq!(s.json_raw_bulk(&body).await["applied"], n);
+}
+
+/// A client that stops reading and never closes (half-open): the socket's buffers fill, then the
+/// bounded queue; the server's write stalls, and past `WS_SEND_STALL` (on the database's clock,
+/// advanced here) the connection is dropped and counted. Without the bound it would hold its
+/// task and socket for as long as the peer's TCP stays up.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_dropped_after_the_stall_bound() {
+    let clock = herald_db::Clock::manual_at_now();
+    let mut db = common::nosync();
+    db.clock = clock.clone();
+    let s = Server::start_with(db).await;
+    let mut ws = connect(&s).await;
+    send(
+        &mut ws,
+        json!({"op": "subscribe", "sub": "s", "collection": "c", "sort": {"n": -1}, "limit": 1}),
+    )
+    .await;
+    assert_eq!(crate::common::ws::next(&mut ws).await["type"], "initial");
+    wait_metric(&s, "herald_ws_connections", 1).await;
+    // Enough to fill both sockets' buffers (tens of MB), so the server's write blocks.
+    flood(&s, 9000).await;
+    assert_eq!(metric(&s, "herald_ws_stalled_total").await, 0);
+    // The advance cuts a write already blocked; one that blocks later gets its own deadline, so
+    // advance again until the stall is seen (bounded).
+    let start = std::time::Instant::now();
+    while metric(&s, "herald_ws_stalled_total").await == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the stalled connection was kept"
+        );
+        clock.advance(Duration::from_secs(31));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_metric(&s, "herald_ws_connections", 0).await;
+    drop(ws);
     s.stop().await;
 }

@@ -7,7 +7,7 @@ use crate::api::error::ApiError;
 use crate::api::live::conn::{encode, Conn};
 use crate::api::live::session::{
     auth_failed, auth_message, reached, RateLimit, Session, WS_AUTH_TIMEOUT, WS_IDLE_TIMEOUT,
-    WS_MESSAGES_BURST, WS_MESSAGES_PER_SEC,
+    WS_MESSAGES_BURST, WS_MESSAGES_PER_SEC, WS_SEND_STALL,
 };
 use crate::api::live::ws_writes::{request_error, WsWrites};
 use crate::api::live::{
@@ -16,12 +16,14 @@ use crate::api::live::{
 };
 use crate::auth::Principal;
 use crate::state::AppState;
+use crate::ws_stats::WsStats;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures_util::SinkExt;
 use herald_db::live::SubscribeRequest;
+use herald_db::Clock;
 use herald_protocol::error::WS_CLOSE_POLICY;
 use herald_protocol::limits::REQ_ID_BYTES_MAX;
 use herald_protocol::{
@@ -31,6 +33,7 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Most queued messages written to a WebSocket with one flush.
@@ -77,12 +80,47 @@ pub enum Next {
     SubscribeAfter(Box<Subscribe>, Principal),
 }
 
-async fn send_msg(socket: &mut WebSocket, msg: &ServerMessage<'_>) -> bool {
-    send_text(socket, msg.to_text()).await
+/// A connection's socket, whose every write is bounded by [`WS_SEND_STALL`] on the database's
+/// clock: a client that stops reading (half-open, or just not reading) fills the socket's
+/// buffers and then its bounded outbound queue; past the bound its connection is dropped and
+/// counted (`herald_ws_stalled_total`) instead of holding a task and a socket forever.
+struct Socket {
+    ws: WebSocket,
+    clock: Clock,
+    stats: Arc<WsStats>,
 }
 
-async fn send_text(socket: &mut WebSocket, text: String) -> bool {
-    socket.send(Message::Text(text.into())).await.is_ok()
+impl Socket {
+    async fn send_msg(&mut self, msg: &ServerMessage<'_>) -> bool {
+        self.send_text(msg.to_text()).await
+    }
+
+    async fn send_text(&mut self, text: String) -> bool {
+        let sent = self.ws.send(Message::Text(text.into()));
+        matches!(
+            stall_bounded(&self.clock, &self.stats, sent).await,
+            Some(Ok(()))
+        )
+    }
+}
+
+/// `write` (a write to a connection's socket), or `None` if it stalled past [`WS_SEND_STALL`]
+/// on `clock` (then counted in `stats`).
+async fn stall_bounded<T>(
+    clock: &Clock,
+    stats: &WsStats,
+    write: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    let deadline = clock
+        .now_ms()
+        .saturating_add(WS_SEND_STALL.as_millis() as u64);
+    tokio::select! {
+        out = write => Some(out),
+        _ = reached(clock, deadline) => {
+            stats.stalled();
+            None
+        }
+    }
 }
 
 /// Closes the connection with `reason`, after an error with code `after` if one was sent: the
@@ -131,11 +169,14 @@ fn code_of(msg: &ServerMessage<'_>) -> Option<ErrorCode> {
     }
 }
 
-async fn run_ws(
-    st: AppState,
-    mut socket: WebSocket,
-    principal: Option<(Principal, Option<String>)>,
-) {
+async fn run_ws(st: AppState, socket: WebSocket, principal: Option<(Principal, Option<String>)>) {
+    let stats = st.ws_stats.clone();
+    let _open = stats.opened();
+    let mut socket = Socket {
+        ws: socket,
+        clock: st.auth.clock().clone(),
+        stats: stats.clone(),
+    };
     let mut conn = Conn::new(&st);
     let mut subs: HashSet<String> = HashSet::new();
     let mut writes = WsWrites::default();
@@ -162,20 +203,20 @@ async fn run_ws(
             biased;
             _ = reached(&clock, session.expires_at_ms.unwrap_or(u64::MAX)), if session.expires_at_ms.is_some() => {
                 st.live.disconnect(conn.id);
-                let _ = send_msg(&mut socket, &token_expired(None)).await;
-                close(&mut socket, Some(ErrorCode::TokenExpired), "token expired").await;
+                let _ = socket.send_msg(&token_expired(None)).await;
+                close(&mut socket.ws, Some(ErrorCode::TokenExpired), "token expired").await;
                 break;
             }
             _ = tokio::time::sleep_until(auth_deadline) => {
                 let e = ApiError::new(ErrorCode::Unauthenticated, "no credentials within the handshake timeout");
-                let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
-                close(&mut socket, Some(e.code), "authentication timeout").await;
+                let _ = socket.send_msg(&error_msg(None, &e)).await;
+                close(&mut socket.ws, Some(e.code), "authentication timeout").await;
                 break;
             }
             changed = rules_changed.changed(), if session.principal.as_ref().is_some_and(|p| p.user().is_some()) => {
                 if changed.is_ok() {
                     st.live.disconnect(conn.id);
-                    close(&mut socket, None, "the security rules changed; reconnect").await;
+                    close(&mut socket.ws, None, "the security rules changed; reconnect").await;
                     break;
                 }
             }
@@ -183,19 +224,19 @@ async fn run_ws(
                 if changed.is_ok() && st.auth.authenticate(session.key.as_deref()).is_err() {
                     st.live.disconnect(conn.id);
                     let e = ApiError::new(ErrorCode::Unauthenticated, "the connection's API key was revoked");
-                    let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
-                    close(&mut socket, Some(e.code), "API key revoked").await;
+                    let _ = socket.send_msg(&error_msg(None, &e)).await;
+                    close(&mut socket.ws, Some(e.code), "API key revoked").await;
                     break;
                 }
             }
             // Replies first, so answered writes free room before more are read.
             reply = writes.next_reply(), if !writes.is_empty() => {
                 let Some(reply) = reply else { continue };
-                if !send_text(&mut socket, reply).await { break }
+                if !socket.send_text(reply).await { break }
                 idle.reset();
             }
             // Not read while the connection's writes in flight are at their bound (backpressure).
-            incoming = socket.recv(), if writes.has_room() => {
+            incoming = socket.ws.recv(), if writes.has_room() => {
                 let text = match incoming {
                     Some(Ok(Message::Text(t))) => t,
                     Some(Ok(Message::Close(_))) | None => break,
@@ -205,14 +246,14 @@ async fn run_ws(
                         if too_large(&e) {
                             let e = ApiError::new(ErrorCode::MessageTooLarge, format!(
                                 "a message is over {WS_MESSAGE_BYTES_MAX} bytes"));
-                            let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
-                            close(&mut socket, Some(e.code), "a message is over the size limit").await;
+                            let _ = socket.send_msg(&error_msg(None, &e)).await;
+                            close(&mut socket.ws, Some(e.code), "a message is over the size limit").await;
                         }
                         break;
                     }
                     Some(Ok(Message::Binary(_))) => {
                         let e = ApiError::new(ErrorCode::BadRequest, "messages must be JSON text");
-                        if !send_msg(&mut socket, &error_msg(None, &e)).await { break }
+                        if !socket.send_msg(&error_msg(None, &e)).await { break }
                         continue;
                     }
                     Some(Ok(_)) => continue,
@@ -221,13 +262,13 @@ async fn run_ws(
                 if !rate.take() {
                     let e = ApiError::new(ErrorCode::RateLimited, format!(
                         "more than {WS_MESSAGES_PER_SEC} messages per second (bursts of {WS_MESSAGES_BURST})"));
-                    let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
-                    close(&mut socket, Some(e.code), "rate limit exceeded").await;
+                    let _ = socket.send_msg(&error_msg(None, &e)).await;
+                    close(&mut socket.ws, Some(e.code), "rate limit exceeded").await;
                     break;
                 }
                 let (reply, next) = client_message(&st, &conn, &mut subs, &mut session, text.as_str());
                 if let Some(reply) = reply {
-                    if !send_msg(&mut socket, &reply).await { break }
+                    if !socket.send_msg(&reply).await { break }
                 }
                 match next {
                     Next::Continue => {}
@@ -241,21 +282,21 @@ async fn run_ws(
                             Err(e) => Some(error_msg(Some(&s.sub), &e)),
                         };
                         if let Some(reply) = reply {
-                            if !send_msg(&mut socket, &reply).await { break }
+                            if !socket.send_msg(&reply).await { break }
                         }
                     }
                     Next::Write(request) => {
                         let mut ok = true;
                         for r in writes.submit(&st, request, session.key.as_deref()).await {
-                            if !send_text(&mut socket, r).await { ok = false; break }
+                            if !socket.send_text(r).await { ok = false; break }
                         }
                         if !ok { break }
                     }
                     Next::Close(msg, reason) => {
                         if let Some(m) = &msg {
-                            let _ = send_msg(&mut socket, m).await;
+                            let _ = socket.send_msg(m).await;
                         }
-                        close(&mut socket, msg.as_ref().and_then(code_of), reason).await;
+                        close(&mut socket.ws, msg.as_ref().and_then(code_of), reason).await;
                         break;
                     }
                 }
@@ -266,36 +307,39 @@ async fn run_ws(
                 // This message and up to OUT_BATCH_MAX - 1 more already queued go out with one
                 // flush (one socket write) instead of one each: a `limit: 1` subscription to a
                 // collection under fast inserts gets a message per commit.
-                let mut ok = true;
-                let mut next = Some(out);
-                let mut sent = 0;
-                while let Some(out) = next.take() {
-                    if session.expired(&clock) { break }
-                    let msg = encode(&out);
-                    conn.note(&msg);
-                    // A subscription the engine ended with an error frees its id.
-                    if let ServerMessage::Error { sub: Some(sub), .. } = &msg {
-                        subs.remove(sub.as_ref());
+                let Socket { ws, clock: sclock, stats } = &mut socket;
+                let batch = async {
+                    let mut next = Some(out);
+                    let mut sent = 0;
+                    while let Some(out) = next.take() {
+                        if session.expired(&clock) { break }
+                        let msg = encode(&out);
+                        conn.note(&msg);
+                        // A subscription the engine ended with an error frees its id.
+                        if let ServerMessage::Error { sub: Some(sub), .. } = &msg {
+                            subs.remove(sub.as_ref());
+                        }
+                        let text = msg.to_text();
+                        if ws.feed(Message::Text(text.into())).await.is_err() { return false }
+                        sent += 1;
+                        if sent < OUT_BATCH_MAX {
+                            next = conn.rx.try_recv().ok();
+                        }
                     }
-                    let text = msg.to_text();
-                    if socket.feed(Message::Text(text.into())).await.is_err() { ok = false; break }
-                    sent += 1;
-                    if sent < OUT_BATCH_MAX {
-                        next = conn.rx.try_recv().ok();
-                    }
-                }
-                if !ok || socket.flush().await.is_err() { break }
+                    ws.flush().await.is_ok()
+                };
+                if stall_bounded(sclock, stats, batch).await != Some(true) { break }
                 idle.reset();
             }
             _ = conn.wake.notified() => {
                 if conn.overflow.load(Ordering::Acquire) {
-                    close(&mut socket, None, SLOW_CONSUMER).await;
+                    close(&mut socket.ws, None, SLOW_CONSUMER).await;
                     break;
                 }
             }
             _ = idle.tick() => {
                 if subs.is_empty() && last_client.elapsed() >= WS_IDLE_TIMEOUT {
-                    close(&mut socket, None, "idle").await;
+                    close(&mut socket.ws, None, "idle").await;
                     break;
                 }
                 if session.principal.is_none() || session.expired(&clock) { continue }
@@ -304,9 +348,9 @@ async fn run_ws(
                 while let Ok(out) = conn.rx.try_recv() {
                     let msg = encode(&out);
                     conn.note(&msg);
-                    if !send_msg(&mut socket, &msg).await { ok = false; break }
+                    if !socket.send_msg(&msg).await { ok = false; break }
                 }
-                if !ok || !send_msg(&mut socket, &conn.heartbeat(seq)).await { break }
+                if !ok || !socket.send_msg(&conn.heartbeat(seq)).await { break }
             }
         }
     }
