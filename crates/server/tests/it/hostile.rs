@@ -145,3 +145,146 @@ async fn a_client_that_stops_reading_is_dropped_after_the_stall_bound() {
     drop(ws);
     s.stop().await;
 }
+
+/// A client that reads, but more slowly than its subscription produces: the bounded queue
+/// overflows and the connection closes with 1008 and the slow-consumer reason after what was
+/// queued (docs/protocol.md), never a stalled write or growing memory. `HERALD_SLOW=1`.
+#[tokio::test]
+async fn a_slow_reader_is_closed_as_a_slow_consumer() {
+    // ~20 s in a debug build; CI covers the close itself with live.rs's slow consumer.
+    if !std::env::var("HERALD_SLOW").is_ok_and(|v| v == "1") {
+        println!("skipped: the slow reader runs with HERALD_SLOW=1");
+        return;
+    }
+    let s = Server::start().await;
+    let mut ws = connect(&s).await;
+    send(
+        &mut ws,
+        json!({"op": "subscribe", "sub": "s", "collection": "c", "sort": {"n": -1}, "limit": 1}),
+    )
+    .await;
+    assert_eq!(crate::common::ws::next(&mut ws).await["type"], "initial");
+    // Slow (2 ms a message) while the writes come, then at full speed to see the end.
+    let flooding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let slow = flooding.clone();
+    let reader = tokio::spawn(async move {
+        let mut changes = 0;
+        loop {
+            if slow.load(std::sync::atomic::Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            match tokio::time::timeout(Duration::from_secs(20), ws.next()).await {
+                Ok(Some(Ok(Message::Text(t)))) => {
+                    let v: Value = serde_json::from_str(&t).unwrap();
+                    if v["type"] == "changes" {
+                        changes += 1;
+                    }
+                }
+                Ok(Some(Ok(Message::Close(f)))) => {
+                    return (
+                        changes,
+                        f.map(|f| (u16::from(f.code), f.reason.to_string())),
+                    )
+                }
+                Ok(Some(Ok(_))) => {}
+                other => panic!("no close frame: {other:?}"),
+            }
+        }
+    });
+    flood(&s, 9000).await;
+    flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+    let (changes, close) = reader.await.unwrap();
+    let (code, reason) = close.expect("a close frame");
+    assert_eq!(code, 1008);
+    assert!(reason.starts_with("slow consumer"), "{reason}");
+    assert!(
+        changes < 9000,
+        "the queue bound cut it off ({changes} changes)"
+    );
+    s.stop().await;
+}
+
+/// Subscribe floods: past 256 subscriptions each further one fails alone with
+/// `limit_exceeded` (the connection stays usable and unsubscribing frees room); past the message
+/// rate limit the connection gets `rate_limited` and a 1008 close frame.
+#[tokio::test]
+async fn subscription_floods_hit_the_subscription_limit_then_the_rate_limit() {
+    let s = Server::start().await;
+    let mut ws = connect(&s).await;
+    for i in 0..300 {
+        send(&mut ws, json!({"op": "subscribe", "sub": format!("s{i}"), "collection": "c", "filter": {"n": i}})).await;
+    }
+    let mut refused = Vec::new();
+    let mut initial = 0;
+    while initial + refused.len() < 300 {
+        let m = crate::common::ws::next(&mut ws).await;
+        match m["type"].as_str() {
+            Some("initial") => initial += 1,
+            Some("error") => {
+                assert_eq!(m["code"], "limit_exceeded", "{m}");
+                refused.push(m["sub"].as_str().unwrap().to_string());
+            }
+            _ => panic!("{m}"),
+        }
+    }
+    assert_eq!((initial, refused.len()), (256, 44));
+    send(&mut ws, json!({"op": "unsubscribe", "sub": "s0"})).await;
+    send(
+        &mut ws,
+        json!({"op": "subscribe", "sub": "again", "collection": "c"}),
+    )
+    .await;
+    assert_eq!(crate::common::ws::next(&mut ws).await["type"], "initial");
+    // 302 messages so far; a burst of 1000 more goes over the rate limit.
+    for i in 0..1000 {
+        let m = json!({"op": "unsubscribe", "sub": format!("none{i}")});
+        if ws.send(Message::Text(m.to_string().into())).await.is_err() {
+            break;
+        }
+    }
+    let (msgs, close) = until_closed(&mut ws).await;
+    let last = msgs.last().expect("the rate limit's error");
+    assert_eq!(last["code"], "rate_limited", "{last}");
+    let (code, reason) = close.expect("a close frame");
+    assert_eq!((code, reason.as_str()), (1008, "rate limit exceeded"));
+    s.stop().await;
+}
+
+/// Bulk lines over 2 MiB fail alone with `body_too_large` at their line number, whether the
+/// line ends with a newline or the body does; the lines around them are applied.
+#[tokio::test]
+async fn huge_bulk_lines_fail_alone() {
+    let s = Server::start().await;
+    let line =
+        |id: &str| json!({"op": "put", "collection": "c", "id": id, "doc": {"n": 1}}).to_string();
+    let huge =
+        json!({"op": "put", "collection": "c", "id": "h", "doc": {"t": "x".repeat(3 << 20)}})
+            .to_string();
+    let body = format!("{}\n{huge}\n{}\n", line("a"), line("b"));
+    let out = s.json_raw_bulk(&body).await;
+    assert_eq!(
+        (
+            out["lines"].as_u64(),
+            out["applied"].as_u64(),
+            out["failed"].as_u64()
+        ),
+        (Some(3), Some(2), Some(1)),
+        "{out}"
+    );
+    assert_eq!(out["errors"][0]["line"], 2);
+    assert_eq!(out["errors"][0]["code"], "body_too_large");
+    let out = s.json_raw_bulk(&format!("{}\n{huge}", line("c"))).await;
+    assert_eq!(
+        (
+            out["lines"].as_u64(),
+            out["applied"].as_u64(),
+            out["failed"].as_u64()
+        ),
+        (Some(2), Some(1), Some(1)),
+        "{out}"
+    );
+    assert_eq!(out["errors"][0]["line"], 2);
+    assert_eq!(s.get("c/h").await.status, 404);
+    assert_eq!(s.get("c/c").await.status, 200);
+    s.stop().await;
+}
