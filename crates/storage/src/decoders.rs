@@ -48,13 +48,16 @@ pub fn wal_record(batch: u64, synced: u64, entries: &[WalEntry]) -> Vec<u8> {
     out
 }
 
+/// One entry of a commit-log block: its key and value, borrowed from the block.
+pub type BlockEntry<'a> = (&'a [u8], &'a [u8]);
+
 /// The entries of a commit-log block, in order.
-pub fn log_block_entries(block: &[u8]) -> Result<Vec<(&[u8], &[u8])>, StorageError> {
+pub fn log_block_entries(block: &[u8]) -> Result<Vec<BlockEntry<'_>>, StorageError> {
     crate::logblocks::entries(block).collect()
 }
 
 /// A commit-log block holding `entries`, as a checkpoint writes one.
-pub fn log_block(entries: &[(&[u8], &[u8])]) -> Vec<u8> {
+pub fn log_block(entries: &[BlockEntry<'_>]) -> Vec<u8> {
     let mut block = Vec::new();
     for (key, value) in entries {
         crate::logblocks::push_entry(&mut block, key, value);
