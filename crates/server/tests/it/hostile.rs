@@ -14,7 +14,10 @@ use tokio_tungstenite::tungstenite::Message;
 /// close frame's code and reason, if one came.
 async fn until_closed(ws: &mut Ws) -> (Vec<Value>, Option<(u16, String)>) {
     let mut msgs = Vec::new();
+    let start = std::time::Instant::now();
     loop {
+        // Heartbeats keep coming while the connection is open: bound the whole wait too.
+        assert!(start.elapsed() < Duration::from_secs(30), "not closed within 30 s: {msgs:?}");
         let m = tokio::time::timeout(Duration::from_secs(20), ws.next())
             .await
             .expect("the server answers or closes within 20 s");
@@ -286,5 +289,53 @@ async fn huge_bulk_lines_fail_alone() {
     assert_eq!(out["errors"][0]["line"], 2);
     assert_eq!(s.get("c/h").await.status, 404);
     assert_eq!(s.get("c/c").await.status, 200);
+    s.stop().await;
+}
+
+/// Binary frames get an error each and the connection goes on, but they count against the
+/// message rate limit, so a flood of them is closed like any other; a text frame that is not
+/// UTF-8 ends the connection with `bad_json` and a close frame that says why.
+#[tokio::test]
+async fn non_text_garbage_is_answered_and_rate_limited() {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    let s = Server::start().await;
+    let mut ws = connect(&s).await;
+    ws.send(Message::Binary(vec![1, 2, 3].into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        crate::common::ws::next(&mut ws).await["code"],
+        "bad_request"
+    );
+    send(
+        &mut ws,
+        json!({"op": "subscribe", "sub": "s", "collection": "c"}),
+    )
+    .await;
+    assert_eq!(crate::common::ws::next(&mut ws).await["type"], "initial");
+    for _ in 0..1100 {
+        if ws.send(Message::Binary(vec![0].into())).await.is_err() {
+            break;
+        }
+    }
+    let (msgs, close) = until_closed(&mut ws).await;
+    assert_eq!(msgs.last().unwrap()["code"], "rate_limited");
+    assert_eq!(close.expect("a close frame").0, 1008);
+
+    let mut ws = connect(&s).await;
+    send(&mut ws, json!({"op": "frobnicate"})).await;
+    let not_utf8 = Frame::message(vec![b'{', 0xff, 0xfe], OpCode::Data(Data::Text), true);
+    ws.send(Message::Frame(not_utf8)).await.unwrap();
+    let (msgs, close) = until_closed(&mut ws).await;
+    let codes: Vec<&str> = msgs
+        .iter()
+        .map(|m| m["code"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(codes, ["bad_request", "bad_json"]);
+    assert_eq!(
+        close.expect("a close frame"),
+        (1008, "a text message is not UTF-8".to_string())
+    );
     s.stop().await;
 }

@@ -145,8 +145,8 @@ async fn close(socket: &mut WebSocket, after: Option<ErrorCode>, reason: &'stati
         for _ in 0..CLOSE_LINGER_MESSAGES_MAX {
             match socket.recv().await {
                 None | Some(Ok(Message::Close(_))) => return,
-                // A message over the limit was read whole and dropped: the framing holds.
-                Some(Err(e)) if !too_large(&e) => return,
+                // The library ends the stream after a read error.
+                Some(Err(_)) => return,
                 Some(_) => {}
             }
         }
@@ -154,11 +154,24 @@ async fn close(socket: &mut WebSocket, after: Option<ErrorCode>, reason: &'stati
     let _ = tokio::time::timeout(CLOSE_LINGER, linger).await;
 }
 
-/// Whether a read failed on a message over [`WS_MESSAGE_BYTES_MAX`] (the library reads such a
-/// message, up to its frame bound, and refuses it; the connection's framing is intact).
-fn too_large(e: &axum::Error) -> bool {
+/// Why reading a client message failed.
+enum ReadError {
+    /// A message over [`WS_MESSAGE_BYTES_MAX`] (the library reads it, up to its frame bound,
+    /// and refuses it).
+    TooLarge,
+    /// A text message that is not UTF-8.
+    NotUtf8,
+    /// The connection broke, or the client broke the protocol.
+    Other,
+}
+
+fn read_error(e: &axum::Error) -> ReadError {
     let inner = std::error::Error::source(e).and_then(|s| s.downcast_ref::<tungstenite::Error>());
-    matches!(inner, Some(tungstenite::Error::Capacity(_)))
+    match inner {
+        Some(tungstenite::Error::Capacity(_)) => ReadError::TooLarge,
+        Some(tungstenite::Error::Utf8(_)) => ReadError::NotUtf8,
+        _ => ReadError::Other,
+    }
 }
 
 /// The code of an error message.
@@ -237,24 +250,29 @@ async fn run_ws(st: AppState, socket: WebSocket, principal: Option<(Principal, O
             }
             // Not read while the connection's writes in flight are at their bound (backpressure).
             incoming = socket.ws.recv(), if writes.has_room() => {
+                // A binary message gets an error and the connection goes on; every message
+                // counts against the rate limit, whatever it holds.
                 let text = match incoming {
-                    Some(Ok(Message::Text(t))) => t,
+                    Some(Ok(Message::Text(t))) => Ok(t),
+                    Some(Ok(Message::Binary(_))) => {
+                        Err(ApiError::new(ErrorCode::BadRequest, "messages must be JSON text"))
+                    }
                     Some(Ok(Message::Close(_))) | None => break,
                     Some(Err(e)) => {
-                        // The replies to earlier messages are already written; the client
-                        // learns why the connection ends (error, then the close frame).
-                        if too_large(&e) {
-                            let e = ApiError::new(ErrorCode::MessageTooLarge, format!(
-                                "a message is over {WS_MESSAGE_BYTES_MAX} bytes"));
-                            let _ = socket.send_msg(&error_msg(None, &e)).await;
-                            close(&mut socket.ws, Some(e.code), "a message is over the size limit").await;
-                        }
+                        // The library ends the stream after any read error, so the connection
+                        // ends here. The replies to earlier messages are already written; the
+                        // client learns why (error, then the close frame).
+                        let (e, reason) = match read_error(&e) {
+                            ReadError::TooLarge => (ApiError::new(ErrorCode::MessageTooLarge, format!(
+                                "a message is over {WS_MESSAGE_BYTES_MAX} bytes")),
+                                "a message is over the size limit"),
+                            ReadError::NotUtf8 => (ApiError::new(ErrorCode::BadJson,
+                                "a text message is not UTF-8"), "a text message is not UTF-8"),
+                            ReadError::Other => break,
+                        };
+                        let _ = socket.send_msg(&error_msg(None, &e)).await;
+                        close(&mut socket.ws, Some(e.code), reason).await;
                         break;
-                    }
-                    Some(Ok(Message::Binary(_))) => {
-                        let e = ApiError::new(ErrorCode::BadRequest, "messages must be JSON text");
-                        if !socket.send_msg(&error_msg(None, &e)).await { break }
-                        continue;
                     }
                     Some(Ok(_)) => continue,
                 };
@@ -266,6 +284,13 @@ async fn run_ws(st: AppState, socket: WebSocket, principal: Option<(Principal, O
                     close(&mut socket.ws, Some(e.code), "rate limit exceeded").await;
                     break;
                 }
+                let text = match text {
+                    Ok(t) => t,
+                    Err(e) => {
+                        if !socket.send_msg(&error_msg(None, &e)).await { break }
+                        continue;
+                    }
+                };
                 let (reply, next) = client_message(&st, &conn, &mut subs, &mut session, text.as_str());
                 if let Some(reply) = reply {
                     if !socket.send_msg(&reply).await { break }
