@@ -17,7 +17,10 @@ async fn until_closed(ws: &mut Ws) -> (Vec<Value>, Option<(u16, String)>) {
     let start = std::time::Instant::now();
     loop {
         // Heartbeats keep coming while the connection is open: bound the whole wait too.
-        assert!(start.elapsed() < Duration::from_secs(30), "not closed within 30 s: {msgs:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "not closed within 30 s: {msgs:?}"
+        );
         let m = tokio::time::timeout(Duration::from_secs(20), ws.next())
             .await
             .expect("the server answers or closes within 20 s");
