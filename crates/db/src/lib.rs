@@ -42,6 +42,7 @@ pub mod check;
 mod clock;
 mod commitlog;
 mod db;
+pub mod decoders;
 mod error;
 mod exec;
 mod feed;

@@ -11,6 +11,9 @@ use std::str::FromStr;
 
 /// The close code a WebSocket gets after the `error` message that ends it (policy violation).
 pub const WS_CLOSE_POLICY: u16 = 1008;
+/// The close code of a connection ended by a message over the size limit (RFC 6455: "message
+/// too big").
+pub const WS_CLOSE_TOO_BIG: u16 = 1009;
 
 macro_rules! error_codes {
     ($( $variant:ident = ($code:literal, $http:literal, $ws:expr, $retry:literal, $meaning:literal), )*) => {
@@ -64,6 +67,7 @@ error_codes! {
     BadJson = ("bad_json", 400, None, false, "the body is not valid JSON"),
     BadRequest = ("bad_request", 400, None, false, "the request is malformed (wrong member types, missing or unknown members)"),
     BodyTooLarge = ("body_too_large", 413, None, false, "the request body is over the endpoint's limit"),
+    MessageTooLarge = ("message_too_large", 413, Some(WS_CLOSE_TOO_BIG), false, "a WebSocket message is over the size limit; the connection closes after the replies to earlier messages"),
     RouteNotFound = ("route_not_found", 404, None, false, "no such endpoint"),
     MethodNotAllowed = ("method_not_allowed", 405, None, false, "the endpoint does not accept this method"),
     // Authentication and rules

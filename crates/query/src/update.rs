@@ -140,12 +140,17 @@ fn update_path(field: &str) -> Result<FieldPath, UpdateError> {
     Ok(path)
 }
 
-/// MongoDB orders update targets by field name, numeric names numerically.
+/// MongoDB orders update targets by field name, numeric names numerically. Applied pairwise
+/// those two rules are not a total order ("2" < "10" by number, "10" < "1a" < "2" by name), and
+/// a sort by an inconsistent comparison panics (found by the `bulk_line` fuzz target); so at
+/// each level numeric names come first, in numeric order, then the others by name.
 fn path_order(a: &FieldPath, b: &FieldPath) -> Ordering {
     for (x, y) in a.segments().iter().zip(b.segments()) {
         let ord = match (x.index, y.index) {
             (Some(i), Some(j)) => i.cmp(&j),
-            _ => x.name.cmp(&y.name),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => x.name.cmp(&y.name),
         };
         if ord != Ordering::Equal {
             return ord;
@@ -418,6 +423,28 @@ mod tests {
 
     fn code(u: Value) -> &'static str {
         Update::parse(&u).unwrap_err().code()
+    }
+
+    /// Found by the `bulk_line` fuzz target: numeric and other names under one parent made the
+    /// target order inconsistent, and sorting the update's paths panicked.
+    #[test]
+    fn numeric_and_other_names_under_one_parent_sort_totally() {
+        let mut fields = serde_json::Map::new();
+        for name in ["1a", "10", "2", "b", "0", "10a", "9", "a", "01", "3"] {
+            fields.insert(format!("o.{name}"), json!(1));
+        }
+        let u = Update::parse(&json!({ "$set": fields })).unwrap();
+        let out = u.apply(&json!({"_id": "x", "o": {}}), 0).unwrap();
+        let names: Vec<&str> = out["o"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["0", "2", "3", "9", "10", "01", "10a", "1a", "a", "b"]
+        );
     }
 
     #[test]

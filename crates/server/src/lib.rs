@@ -13,6 +13,7 @@ mod cluster_node;
 pub mod notify_latency;
 pub mod state;
 pub mod triggers;
+pub mod ws_stats;
 
 use cluster::ClusterView;
 use herald_db::{Db, DbOptions};

@@ -3,6 +3,7 @@
 use crate::auth::Auth;
 use crate::cluster::ClusterView;
 use crate::notify_latency::NotifyLatency;
+use crate::ws_stats::WsStats;
 use herald_db::live::grid::{Matching, Threads, ThreadsConfig};
 use herald_db::live::LiveEngine;
 use herald_db::Db;
@@ -24,6 +25,8 @@ pub struct AppState {
     /// Forwards writes to the primary (`api::forward`); pooled connections, so a follower
     /// does not open one per write.
     pub forwarder: reqwest::Client,
+    /// Open WebSocket connections and those dropped for stalling (`/metrics`).
+    pub ws_stats: Arc<WsStats>,
 }
 
 impl AppState {
@@ -56,6 +59,7 @@ impl AppState {
             notify_latency: Arc::default(),
             cluster: None,
             forwarder: crate::cluster::forward_client(),
+            ws_stats: Arc::default(),
         }
     }
 

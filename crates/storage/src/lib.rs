@@ -201,6 +201,7 @@
 
 mod check;
 mod checkpoint;
+pub mod decoders;
 mod error;
 mod fault;
 mod job;

@@ -45,7 +45,7 @@ fn corrupt(what: &str) -> StorageError {
 }
 
 /// Appends one entry to a block under construction.
-fn push_entry(block: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+pub(crate) fn push_entry(block: &mut Vec<u8>, key: &[u8], value: &[u8]) {
     block.extend_from_slice(&(key.len() as u32).to_le_bytes());
     block.extend_from_slice(key);
     block.extend_from_slice(&(value.len() as u32).to_le_bytes());
@@ -57,7 +57,7 @@ fn entry_bytes(key: &[u8], value: &[u8]) -> usize {
 }
 
 /// The entries of a block, in order, borrowed from it.
-fn entries(block: &[u8]) -> impl Iterator<Item = Result<(&[u8], &[u8]), StorageError>> {
+pub(crate) fn entries(block: &[u8]) -> impl Iterator<Item = Result<(&[u8], &[u8]), StorageError>> {
     let mut rest = block;
     std::iter::from_fn(move || {
         if rest.is_empty() {

@@ -14,6 +14,7 @@ export const ERROR_CODES = {
   bad_json: { http: 400, wsClose: null, retryable: false },
   bad_request: { http: 400, wsClose: null, retryable: false },
   body_too_large: { http: 413, wsClose: null, retryable: false },
+  message_too_large: { http: 413, wsClose: 1009, retryable: false },
   route_not_found: { http: 404, wsClose: null, retryable: false },
   method_not_allowed: { http: 405, wsClose: null, retryable: false },
   unauthenticated: { http: 401, wsClose: 1008, retryable: false },

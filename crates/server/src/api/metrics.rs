@@ -32,6 +32,7 @@ pub async fn metrics(
         .await
         .unwrap_or_default();
     st.notify_latency.render(&mut body);
+    st.ws_stats.render(&mut body);
     render_cells(&mut body, &st.live.cells());
     if let Some(c) = &st.cluster {
         let status = crate::api::cluster::with_waiting(&st, c.status());

@@ -120,21 +120,7 @@ impl Verifier {
 /// clock, with the same errors, checked here against the server's [`herald_db::Clock`].
 fn check_times(claims: &Map<String, Value>, now_ms: u64) -> Result<(), String> {
     let now = now_ms / 1000;
-    // As the library reads a NumericDate: a non-negative number, rounded to whole seconds.
-    let secs = |name: &str| -> Result<Option<u64>, String> {
-        match claims.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .or_else(|| {
-                    v.as_f64()
-                        .filter(|f| f.is_finite() && *f >= 0.0 && *f < u64::MAX as f64)
-                        .map(|f| f.round() as u64)
-                })
-                .map(Some)
-                .ok_or_else(|| format!("invalid token: the '{name}' claim is not a NumericDate")),
-        }
-    };
+    let secs = |name: &str| numeric_date(claims, name);
     if secs("exp")?.is_some_and(|exp| exp < now) {
         return Err("invalid token: ExpiredSignature".into());
     }
@@ -142,6 +128,23 @@ fn check_times(claims: &Map<String, Value>, now_ms: u64) -> Result<(), String> {
         return Err("invalid token: ImmatureSignature".into());
     }
     Ok(())
+}
+
+/// A time claim as the library reads a NumericDate: a non-negative number, rounded to whole
+/// seconds (`None`: absent or null).
+fn numeric_date(claims: &Map<String, Value>, name: &str) -> Result<Option<u64>, String> {
+    match claims.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .or_else(|| {
+                v.as_f64()
+                    .filter(|f| f.is_finite() && *f >= 0.0 && *f < u64::MAX as f64)
+                    .map(|f| f.round() as u64)
+            })
+            .map(Some)
+            .ok_or_else(|| format!("invalid token: the '{name}' claim is not a NumericDate")),
+    }
 }
 
 fn user_of(claims: Map<String, Value>) -> Result<UserAuth, String> {
@@ -153,12 +156,12 @@ fn user_of(claims: Map<String, Value>) -> Result<UserAuth, String> {
             ))
         }
     };
-    let exp = claims
-        .get("exp")
-        .and_then(Value::as_f64)
-        .ok_or("'exp' must be a number")?;
+    // The expiry `check_times` accepted, rounded the same way: `exp` 0.4 s in the past rounds
+    // to now and is accepted, so it must not read as already expired (found by the `jwt` fuzz
+    // target's invariant).
+    let exp = numeric_date(&claims, "exp")?.ok_or("'exp' must be a number")?;
     Ok(UserAuth {
         ctx: AuthCtx { uid, claims },
-        expires_at_ms: (exp * 1000.0) as u64,
+        expires_at_ms: exp.saturating_mul(1000),
     })
 }

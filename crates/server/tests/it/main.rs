@@ -14,6 +14,7 @@ mod auth;
 mod auth_model;
 mod cluster;
 mod common;
+mod hostile;
 mod ingest;
 mod live;
 mod triggers;

@@ -364,7 +364,7 @@ pub(crate) fn replay(
     })
 }
 
-fn next_magic(data: &[u8], from: usize) -> usize {
+pub(crate) fn next_magic(data: &[u8], from: usize) -> usize {
     data.get(from..)
         .and_then(|rest| rest.windows(MAGIC.len()).position(|w| w == MAGIC))
         .map_or(data.len(), |i| from + i)

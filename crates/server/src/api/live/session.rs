@@ -18,6 +18,9 @@ use std::time::Duration;
 
 /// With authentication on, a WebSocket must authenticate within this long of opening.
 pub const WS_AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// A write to a WebSocket that makes no progress for this long (on the database's clock: the
+/// client stopped reading) drops the connection.
+pub const WS_SEND_STALL: Duration = Duration::from_secs(30);
 /// A WebSocket without subscriptions that sends nothing for this long is closed.
 pub const WS_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Client messages per second a WebSocket may send, sustained...

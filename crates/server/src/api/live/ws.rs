@@ -7,7 +7,7 @@ use crate::api::error::ApiError;
 use crate::api::live::conn::{encode, Conn};
 use crate::api::live::session::{
     auth_failed, auth_message, reached, RateLimit, Session, WS_AUTH_TIMEOUT, WS_IDLE_TIMEOUT,
-    WS_MESSAGES_BURST, WS_MESSAGES_PER_SEC,
+    WS_MESSAGES_BURST, WS_MESSAGES_PER_SEC, WS_SEND_STALL,
 };
 use crate::api::live::ws_writes::{request_error, WsWrites};
 use crate::api::live::{
@@ -16,12 +16,14 @@ use crate::api::live::{
 };
 use crate::auth::Principal;
 use crate::state::AppState;
+use crate::ws_stats::WsStats;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures_util::SinkExt;
 use herald_db::live::SubscribeRequest;
+use herald_db::Clock;
 use herald_protocol::error::WS_CLOSE_POLICY;
 use herald_protocol::limits::REQ_ID_BYTES_MAX;
 use herald_protocol::{
@@ -31,10 +33,15 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Most queued messages written to a WebSocket with one flush.
 const OUT_BATCH_MAX: usize = 64;
+/// How long a closing connection waits for the client's close frame (see [`close`]).
+const CLOSE_LINGER: Duration = Duration::from_secs(5);
+/// Most client messages read and discarded while a connection closes.
+const CLOSE_LINGER_MESSAGES_MAX: usize = 1024;
 
 pub async fn ws(
     State(st): State<AppState>,
@@ -73,16 +80,57 @@ pub enum Next {
     SubscribeAfter(Box<Subscribe>, Principal),
 }
 
-async fn send_msg(socket: &mut WebSocket, msg: &ServerMessage<'_>) -> bool {
-    send_text(socket, msg.to_text()).await
+/// A connection's socket, whose every write is bounded by [`WS_SEND_STALL`] on the database's
+/// clock: a client that stops reading (half-open, or just not reading) fills the socket's
+/// buffers and then its bounded outbound queue; past the bound its connection is dropped and
+/// counted (`herald_ws_stalled_total`) instead of holding a task and a socket forever.
+struct Socket {
+    ws: WebSocket,
+    clock: Clock,
+    stats: Arc<WsStats>,
 }
 
-async fn send_text(socket: &mut WebSocket, text: String) -> bool {
-    socket.send(Message::Text(text.into())).await.is_ok()
+impl Socket {
+    async fn send_msg(&mut self, msg: &ServerMessage<'_>) -> bool {
+        self.send_text(msg.to_text()).await
+    }
+
+    async fn send_text(&mut self, text: String) -> bool {
+        let sent = self.ws.send(Message::Text(text.into()));
+        matches!(
+            stall_bounded(&self.clock, &self.stats, sent).await,
+            Some(Ok(()))
+        )
+    }
+}
+
+/// `write` (a write to a connection's socket), or `None` if it stalled past [`WS_SEND_STALL`]
+/// on `clock` (then counted in `stats`).
+async fn stall_bounded<T>(
+    clock: &Clock,
+    stats: &WsStats,
+    write: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    let deadline = clock
+        .now_ms()
+        .saturating_add(WS_SEND_STALL.as_millis() as u64);
+    tokio::select! {
+        out = write => Some(out),
+        _ = reached(clock, deadline) => {
+            stats.stalled();
+            None
+        }
+    }
 }
 
 /// Closes the connection with `reason`, after an error with code `after` if one was sent: the
 /// close code is that error's (`ErrorCode::ws_close`), else a policy violation.
+///
+/// Then it lingers: it reads and discards what the client still sends until the client's close
+/// frame, for at most [`CLOSE_LINGER`] and [`CLOSE_LINGER_MESSAGES_MAX`] messages. Dropping a
+/// socket with unread input makes the kernel answer with a reset, and a reset can destroy the
+/// replies and the close frame before the client has read them. A client that reads nothing
+/// cannot hold the task either: sending the close frame has the same bound.
 async fn close(socket: &mut WebSocket, after: Option<ErrorCode>, reason: &'static str) {
     let frame = CloseFrame {
         code: after
@@ -90,7 +138,40 @@ async fn close(socket: &mut WebSocket, after: Option<ErrorCode>, reason: &'stati
             .unwrap_or(WS_CLOSE_POLICY),
         reason: reason.into(),
     };
-    let _ = socket.send(Message::Close(Some(frame))).await;
+    let linger = async {
+        if socket.send(Message::Close(Some(frame))).await.is_err() {
+            return;
+        }
+        for _ in 0..CLOSE_LINGER_MESSAGES_MAX {
+            match socket.recv().await {
+                None | Some(Ok(Message::Close(_))) => return,
+                // The library ends the stream after a read error.
+                Some(Err(_)) => return,
+                Some(_) => {}
+            }
+        }
+    };
+    let _ = tokio::time::timeout(CLOSE_LINGER, linger).await;
+}
+
+/// Why reading a client message failed.
+enum ReadError {
+    /// A message over [`WS_MESSAGE_BYTES_MAX`] (the library reads it, up to its frame bound,
+    /// and refuses it).
+    TooLarge,
+    /// A text message that is not UTF-8.
+    NotUtf8,
+    /// The connection broke, or the client broke the protocol.
+    Other,
+}
+
+fn read_error(e: &axum::Error) -> ReadError {
+    let inner = std::error::Error::source(e).and_then(|s| s.downcast_ref::<tungstenite::Error>());
+    match inner {
+        Some(tungstenite::Error::Capacity(_)) => ReadError::TooLarge,
+        Some(tungstenite::Error::Utf8(_)) => ReadError::NotUtf8,
+        _ => ReadError::Other,
+    }
 }
 
 /// The code of an error message.
@@ -101,11 +182,14 @@ fn code_of(msg: &ServerMessage<'_>) -> Option<ErrorCode> {
     }
 }
 
-async fn run_ws(
-    st: AppState,
-    mut socket: WebSocket,
-    principal: Option<(Principal, Option<String>)>,
-) {
+async fn run_ws(st: AppState, socket: WebSocket, principal: Option<(Principal, Option<String>)>) {
+    let stats = st.ws_stats.clone();
+    let _open = stats.opened();
+    let mut socket = Socket {
+        ws: socket,
+        clock: st.auth.clock().clone(),
+        stats: stats.clone(),
+    };
     let mut conn = Conn::new(&st);
     let mut subs: HashSet<String> = HashSet::new();
     let mut writes = WsWrites::default();
@@ -132,20 +216,20 @@ async fn run_ws(
             biased;
             _ = reached(&clock, session.expires_at_ms.unwrap_or(u64::MAX)), if session.expires_at_ms.is_some() => {
                 st.live.disconnect(conn.id);
-                let _ = send_msg(&mut socket, &token_expired(None)).await;
-                close(&mut socket, Some(ErrorCode::TokenExpired), "token expired").await;
+                let _ = socket.send_msg(&token_expired(None)).await;
+                close(&mut socket.ws, Some(ErrorCode::TokenExpired), "token expired").await;
                 break;
             }
             _ = tokio::time::sleep_until(auth_deadline) => {
                 let e = ApiError::new(ErrorCode::Unauthenticated, "no credentials within the handshake timeout");
-                let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
-                close(&mut socket, Some(e.code), "authentication timeout").await;
+                let _ = socket.send_msg(&error_msg(None, &e)).await;
+                close(&mut socket.ws, Some(e.code), "authentication timeout").await;
                 break;
             }
             changed = rules_changed.changed(), if session.principal.as_ref().is_some_and(|p| p.user().is_some()) => {
                 if changed.is_ok() {
                     st.live.disconnect(conn.id);
-                    close(&mut socket, None, "the security rules changed; reconnect").await;
+                    close(&mut socket.ws, None, "the security rules changed; reconnect").await;
                     break;
                 }
             }
@@ -153,26 +237,42 @@ async fn run_ws(
                 if changed.is_ok() && st.auth.authenticate(session.key.as_deref()).is_err() {
                     st.live.disconnect(conn.id);
                     let e = ApiError::new(ErrorCode::Unauthenticated, "the connection's API key was revoked");
-                    let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
-                    close(&mut socket, Some(e.code), "API key revoked").await;
+                    let _ = socket.send_msg(&error_msg(None, &e)).await;
+                    close(&mut socket.ws, Some(e.code), "API key revoked").await;
                     break;
                 }
             }
             // Replies first, so answered writes free room before more are read.
             reply = writes.next_reply(), if !writes.is_empty() => {
                 let Some(reply) = reply else { continue };
-                if !send_text(&mut socket, reply).await { break }
+                if !socket.send_text(reply).await { break }
                 idle.reset();
             }
             // Not read while the connection's writes in flight are at their bound (backpressure).
-            incoming = socket.recv(), if writes.has_room() => {
+            incoming = socket.ws.recv(), if writes.has_room() => {
+                // A binary message gets an error and the connection goes on; every message
+                // counts against the rate limit, whatever it holds.
                 let text = match incoming {
-                    Some(Ok(Message::Text(t))) => t,
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(Message::Text(t))) => Ok(t),
                     Some(Ok(Message::Binary(_))) => {
-                        let e = ApiError::new(ErrorCode::BadRequest, "messages must be JSON text");
-                        if !send_msg(&mut socket, &error_msg(None, &e)).await { break }
-                        continue;
+                        Err(ApiError::new(ErrorCode::BadRequest, "messages must be JSON text"))
+                    }
+                    Some(Ok(Message::Close(_))) | None => break,
+                    Some(Err(e)) => {
+                        // The library ends the stream after any read error, so the connection
+                        // ends here. The replies to earlier messages are already written; the
+                        // client learns why (error, then the close frame).
+                        let (e, reason) = match read_error(&e) {
+                            ReadError::TooLarge => (ApiError::new(ErrorCode::MessageTooLarge, format!(
+                                "a message is over {WS_MESSAGE_BYTES_MAX} bytes")),
+                                "a message is over the size limit"),
+                            ReadError::NotUtf8 => (ApiError::new(ErrorCode::BadJson,
+                                "a text message is not UTF-8"), "a text message is not UTF-8"),
+                            ReadError::Other => break,
+                        };
+                        let _ = socket.send_msg(&error_msg(None, &e)).await;
+                        close(&mut socket.ws, Some(e.code), reason).await;
+                        break;
                     }
                     Some(Ok(_)) => continue,
                 };
@@ -180,13 +280,20 @@ async fn run_ws(
                 if !rate.take() {
                     let e = ApiError::new(ErrorCode::RateLimited, format!(
                         "more than {WS_MESSAGES_PER_SEC} messages per second (bursts of {WS_MESSAGES_BURST})"));
-                    let _ = send_msg(&mut socket, &error_msg(None, &e)).await;
-                    close(&mut socket, Some(e.code), "rate limit exceeded").await;
+                    let _ = socket.send_msg(&error_msg(None, &e)).await;
+                    close(&mut socket.ws, Some(e.code), "rate limit exceeded").await;
                     break;
                 }
+                let text = match text {
+                    Ok(t) => t,
+                    Err(e) => {
+                        if !socket.send_msg(&error_msg(None, &e)).await { break }
+                        continue;
+                    }
+                };
                 let (reply, next) = client_message(&st, &conn, &mut subs, &mut session, text.as_str());
                 if let Some(reply) = reply {
-                    if !send_msg(&mut socket, &reply).await { break }
+                    if !socket.send_msg(&reply).await { break }
                 }
                 match next {
                     Next::Continue => {}
@@ -200,21 +307,21 @@ async fn run_ws(
                             Err(e) => Some(error_msg(Some(&s.sub), &e)),
                         };
                         if let Some(reply) = reply {
-                            if !send_msg(&mut socket, &reply).await { break }
+                            if !socket.send_msg(&reply).await { break }
                         }
                     }
                     Next::Write(request) => {
                         let mut ok = true;
                         for r in writes.submit(&st, request, session.key.as_deref()).await {
-                            if !send_text(&mut socket, r).await { ok = false; break }
+                            if !socket.send_text(r).await { ok = false; break }
                         }
                         if !ok { break }
                     }
                     Next::Close(msg, reason) => {
                         if let Some(m) = &msg {
-                            let _ = send_msg(&mut socket, m).await;
+                            let _ = socket.send_msg(m).await;
                         }
-                        close(&mut socket, msg.as_ref().and_then(code_of), reason).await;
+                        close(&mut socket.ws, msg.as_ref().and_then(code_of), reason).await;
                         break;
                     }
                 }
@@ -225,36 +332,39 @@ async fn run_ws(
                 // This message and up to OUT_BATCH_MAX - 1 more already queued go out with one
                 // flush (one socket write) instead of one each: a `limit: 1` subscription to a
                 // collection under fast inserts gets a message per commit.
-                let mut ok = true;
-                let mut next = Some(out);
-                let mut sent = 0;
-                while let Some(out) = next.take() {
-                    if session.expired(&clock) { break }
-                    let msg = encode(&out);
-                    conn.note(&msg);
-                    // A subscription the engine ended with an error frees its id.
-                    if let ServerMessage::Error { sub: Some(sub), .. } = &msg {
-                        subs.remove(sub.as_ref());
+                let Socket { ws, clock: sclock, stats } = &mut socket;
+                let batch = async {
+                    let mut next = Some(out);
+                    let mut sent = 0;
+                    while let Some(out) = next.take() {
+                        if session.expired(&clock) { break }
+                        let msg = encode(&out);
+                        conn.note(&msg);
+                        // A subscription the engine ended with an error frees its id.
+                        if let ServerMessage::Error { sub: Some(sub), .. } = &msg {
+                            subs.remove(sub.as_ref());
+                        }
+                        let text = msg.to_text();
+                        if ws.feed(Message::Text(text.into())).await.is_err() { return false }
+                        sent += 1;
+                        if sent < OUT_BATCH_MAX {
+                            next = conn.rx.try_recv().ok();
+                        }
                     }
-                    let text = msg.to_text();
-                    if socket.feed(Message::Text(text.into())).await.is_err() { ok = false; break }
-                    sent += 1;
-                    if sent < OUT_BATCH_MAX {
-                        next = conn.rx.try_recv().ok();
-                    }
-                }
-                if !ok || socket.flush().await.is_err() { break }
+                    ws.flush().await.is_ok()
+                };
+                if stall_bounded(sclock, stats, batch).await != Some(true) { break }
                 idle.reset();
             }
             _ = conn.wake.notified() => {
                 if conn.overflow.load(Ordering::Acquire) {
-                    close(&mut socket, None, SLOW_CONSUMER).await;
+                    close(&mut socket.ws, None, SLOW_CONSUMER).await;
                     break;
                 }
             }
             _ = idle.tick() => {
                 if subs.is_empty() && last_client.elapsed() >= WS_IDLE_TIMEOUT {
-                    close(&mut socket, None, "idle").await;
+                    close(&mut socket.ws, None, "idle").await;
                     break;
                 }
                 if session.principal.is_none() || session.expired(&clock) { continue }
@@ -263,9 +373,9 @@ async fn run_ws(
                 while let Ok(out) = conn.rx.try_recv() {
                     let msg = encode(&out);
                     conn.note(&msg);
-                    if !send_msg(&mut socket, &msg).await { ok = false; break }
+                    if !socket.send_msg(&msg).await { ok = false; break }
                 }
-                if !ok || !send_msg(&mut socket, &conn.heartbeat(seq)).await { break }
+                if !ok || !socket.send_msg(&conn.heartbeat(seq)).await { break }
             }
         }
     }

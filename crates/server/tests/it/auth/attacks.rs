@@ -110,10 +110,11 @@ async fn oversized_and_deeply_nested_input_is_refused() {
     call(&s, &huge, Method::GET, "/v1/docs/notes/n", None)
         .await
         .err(401, "unauthenticated");
-    // A WebSocket message over the limit ends the connection.
+    // A WebSocket message over the limit ends the connection, with an error that says why.
     let mut ws = ws_auth(&s, &alice).await;
     let msg = json!({"op": "subscribe", "sub": "s", "collection": "notes", "filter": {"t": "x".repeat(300 << 10)}});
     let _ = ws.send(Message::Text(msg.to_string().into())).await;
+    assert_eq!(next(&mut ws).await.unwrap()["code"], "message_too_large");
     assert!(next(&mut ws).await.is_none(), "closed");
     // Deeply nested filters are refused by the query core.
     let mut f = json!({"n": 1});
