@@ -2,7 +2,8 @@
 //! [`Db`] whose file layer ([`FaultFs`]) fails at random points (ENOSPC, EIO and power cuts at
 //! the Nth write, sync, read, rename, allocation, creation, removal or directory sync; sometimes
 //! a disk that fills up and is later freed), with a trigger on the collection (every change
-//! queues a task in its own commit), some tasks completed, and live subscriptions. Then a power
+//! queues a task in its own commit), some tasks completed, live subscriptions, and sometimes a
+//! composite index declared mid-workload (built in background jobs). Then a power
 //! loss ("reboot": everything not synced is lost, the log's tail sometimes torn), a reopen, and
 //! the checks.
 //!
@@ -40,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use herald_db::live::LiveEngine;
 use herald_db::triggers::{TaskId, TriggerDef};
-use herald_db::{Db, DbOptions, Durability, LogRead, QueueFull, StoreOptions, Write};
-use herald_query::Query;
+use herald_db::{Db, DbOptions, Durability, IndexState, LogRead, QueueFull, StoreOptions, Write};
+use herald_query::{Direction, Query};
 use herald_storage::{Fault, FaultFs, Op};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -230,6 +231,9 @@ fn schedule(seed: u64) -> Result<Summary, String> {
     }
     let fill_at = rng.gen_bool(0.3).then(|| rng.gen_range(0..30));
     let free_at = rng.gen_range(0..40);
+    // Sometimes a composite index, declared mid-workload: its build runs in background jobs
+    // under the faults (and resumes after the reopen).
+    let index_at = rng.gen_bool(0.5).then(|| rng.gen_range(0..30));
     let mut rec = Record::default();
     let mut next = 0u64;
     for step in 0..30 {
@@ -238,6 +242,10 @@ fn schedule(seed: u64) -> Result<Summary, String> {
         }
         if step == free_at {
             fs.set_capacity(None);
+        }
+        if index_at == Some(step) {
+            let fields = vec![("g".into(), Direction::Asc), ("n".into(), Direction::Desc)];
+            let _ = db.create_index(COLL, "gn", fields);
         }
         if rng.gen_range(0..6) == 0 {
             // A worker completes a queued task (no writes of its own).
@@ -313,6 +321,20 @@ fn schedule(seed: u64) -> Result<Summary, String> {
         if_version: None,
     }])
     .map_err(|e| format!("a write after the reopen: {e}"))?;
+    // An interrupted index build resumes; the check skips a collection with one under way.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while db
+        .list_indexes(COLL)
+        .map_err(|e| e.to_string())?
+        .composite
+        .iter()
+        .any(|i| i.state == IndexState::Building)
+    {
+        if Instant::now() > deadline {
+            return Err("the index build did not finish after the reopen".into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
     db.close()
         .map_err(|e| format!("close after the reopen: {e}"))?;
     let report = herald_storage::check(
