@@ -85,7 +85,11 @@ where
     }
 
     fn fail(self: Box<Self>, err: StorageError) {
-        let _ = self.reply.send(Err(WriteError::Storage(err)));
+        // The closure (and whatever it holds: a database's jobs hold the database) goes before
+        // the waiter hears, as in `Writer::finish`.
+        let TypedJob { f, reply } = *self;
+        drop(f);
+        let _ = reply.send(Err(WriteError::Storage(err)));
     }
 }
 

@@ -363,6 +363,11 @@ impl Writer {
                 Ok(())
             }
             Err(err) => {
+                // What the jobs' hooks hold goes before any waiter hears: a waiter that then
+                // drops its last handle on the store must not leave the writer holding the
+                // last one (a database's hooks hold the database), or the writer would drop
+                // the store and join itself.
+                drop(batch.hooks);
                 let err = commit_error(err);
                 if let StorageError::Unavailable(_) | StorageError::Full(_) = err {
                     // A replica's refusal or a full disk: the batch was neither logged nor

@@ -4,10 +4,12 @@
 //! unacknowledged survives it, every later write is refused until a reopen), a read error
 //! (`storage_corrupted` naming the table, never the damaged bytes), a power cut that tears the
 //! log's tail (recovery drops it) and `check` (finds a damaged log record; refuses a store that
-//! is open).
+//! is open); and a failed batch releases what its jobs and hooks hold before its waiters hear.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use herald_storage::{
     check, Fault, FaultFs, Op, StorageError, Store, StoreOptions, Table, WriteError,
@@ -372,4 +374,56 @@ fn a_store_opened_on_a_full_disk_reads_and_refuses_writes_until_space_returns() 
     put(&store, "b", b"2").unwrap();
     store.close().unwrap();
     assert_clean(&fs);
+}
+
+/// Sets its flag when dropped, slowly: a waiter that returns before the drop finished sees the
+/// flag still unset.
+struct SlowDrop(Arc<AtomicBool>);
+
+impl Drop for SlowDrop {
+    fn drop(&mut self) {
+        std::thread::sleep(Duration::from_millis(200));
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A database's jobs and commit hooks hold the database, and so the store. If the writer
+/// dropped them only after resolving the tickets, a waiter that then dropped its last handle
+/// left the writer holding the last one: the writer dropped the store and joined itself
+/// ("failed to join thread: Resource deadlock avoided", found by the database's fault
+/// schedules).
+#[test]
+fn a_failed_batch_releases_its_jobs_and_hooks_before_its_waiters_hear() {
+    let fs = FaultFs::new(10);
+    let store = open(&fs, options()).unwrap();
+    put(&store, "a", b"1").unwrap();
+    fs.fail(Op::Sync, 1, Fault::Io, false);
+    // A job that ran, in a batch whose sync failed: its hook is dropped, never run.
+    let hook_dropped = Arc::new(AtomicBool::new(false));
+    let guard = SlowDrop(hook_dropped.clone());
+    let ticket = store
+        .submit(move |txn| {
+            txn.put(Table::Docs, b"b".to_vec(), b"2".to_vec())?;
+            txn.on_commit(move || drop(guard));
+            Ok::<_, StorageError>(())
+        })
+        .unwrap();
+    assert!(ticket.wait().is_err(), "the sync failed");
+    assert!(
+        hook_dropped.load(Ordering::SeqCst),
+        "the hook of a failed batch is released before its waiter hears"
+    );
+    // A job the failed store refuses without running it.
+    let job_dropped = Arc::new(AtomicBool::new(false));
+    let guard = SlowDrop(job_dropped.clone());
+    if let Ok(ticket) = store.submit(move |_txn| {
+        drop(guard);
+        Ok::<_, StorageError>(())
+    }) {
+        assert!(ticket.wait().is_err(), "the store has failed");
+    }
+    assert!(
+        job_dropped.load(Ordering::SeqCst),
+        "a refused job is released before its waiter hears"
+    );
 }

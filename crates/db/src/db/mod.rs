@@ -30,7 +30,7 @@ use crate::planner::Explain;
 use crate::triggers::Registry;
 use crate::txn::{Commit, CommitOutcome};
 use crate::write::WriteSettings;
-use herald_storage::{Durability, Store, StoreOptions, Table};
+use herald_storage::{Durability, Store, StoreOptions, Table, Vfs};
 use herald_value::{DocumentLimits, Value};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -144,17 +144,24 @@ pub(crate) fn publish_hook(
 
 impl Db {
     pub fn open(dir: &Path, options: DbOptions) -> Result<Db, DbError> {
-        Db::open_with(dir, options, None)
+        Db::open_with(dir, options, None, Arc::new(herald_storage::RealFs))
+    }
+
+    /// [`open`](Db::open) with every file operation going through `vfs`: tests pass a
+    /// [`FaultFs`](herald_storage::FaultFs) to fail operations and simulate power loss.
+    pub fn open_on(dir: &Path, options: DbOptions, vfs: Arc<dyn Vfs>) -> Result<Db, DbError> {
+        Db::open_with(dir, options, None, vfs)
     }
 
     fn open_with(
         dir: &Path,
         options: DbOptions,
         replicator: Option<Arc<dyn herald_storage::Replicator>>,
+        vfs: Arc<dyn Vfs>,
     ) -> Result<Db, DbError> {
         let mut store_opts = options.store.clone();
         store_opts.durability = options.durability;
-        let store = Store::open(dir, store_opts)?;
+        let store = Store::open_with(dir, store_opts, vfs)?;
         let replica = replicator.is_some();
         if let Some(replicator) = replicator {
             store.set_replicator(replicator);

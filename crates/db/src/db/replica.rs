@@ -36,7 +36,12 @@ impl Db {
         options: DbOptions,
         replicator: Arc<dyn Replicator>,
     ) -> Result<Db, DbError> {
-        Db::open_with(dir, options, Some(replicator))
+        Db::open_with(
+            dir,
+            options,
+            Some(replicator),
+            Arc::new(herald_storage::RealFs),
+        )
     }
 
     /// The replication index the store holds (0 before any replicated batch).

@@ -10,9 +10,9 @@ use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-struct TestSink {
-    conn: u64,
-    msgs: Mutex<Vec<Value>>,
+pub(crate) struct TestSink {
+    pub(crate) conn: u64,
+    pub(crate) msgs: Mutex<Vec<Value>>,
 }
 
 /// A message as the client reads it (the server's encoding, reduced to what the test checks).
@@ -51,7 +51,7 @@ impl Sink for TestSink {
     }
 }
 
-const QUERIES: &[&str] = &[
+pub(crate) const QUERIES: &[&str] = &[
     r#"{"filter": {}, "sort": {"n": 1}, "limit": 3}"#,
     r#"{"filter": {"n": {"$gte": 3}}, "sort": {"n": -1}, "skip": 1, "limit": 2}"#,
     r#"{"filter": {"$or": [{"tags": "a"}, {"n": {"$lt": 2}}]}}"#,
@@ -62,7 +62,7 @@ const QUERIES: &[&str] = &[
 ];
 
 /// Rebuilds the client's list from its messages; returns the list and the last seq seen.
-fn client_state(msgs: &[Value]) -> (Vec<Value>, u64) {
+pub(crate) fn client_state(msgs: &[Value]) -> (Vec<Value>, u64) {
     let mut list: Vec<(String, Value)> = Vec::new();
     let mut seq = 0;
     for m in msgs {
@@ -99,7 +99,12 @@ fn client_state(msgs: &[Value]) -> (Vec<Value>, u64) {
     (list.into_iter().map(|(_, d)| d).collect(), seq)
 }
 
-fn subscribe(engine: &LiveEngine, qi: usize, sink: Arc<TestSink>, resume_from: Option<u64>) {
+pub(crate) fn subscribe(
+    engine: &LiveEngine,
+    qi: usize,
+    sink: Arc<TestSink>,
+    resume_from: Option<u64>,
+) {
     let q: Value = serde_json::from_str(QUERIES[qi]).unwrap();
     engine
         .subscribe(SubscribeRequest {

@@ -2,12 +2,14 @@
 //! and linking is most of an incremental test build): the database on a real store (`db.rs`),
 //! the live-query engine against it (`live_engine.rs`, and over the threaded matching grid in
 //! `live_grid.rs`), the live-query model test
-//! (`live_model.rs`) and trigger queues (`triggers.rs`).
+//! (`live_model.rs`), trigger queues (`triggers.rs`) and random fault schedules under all of
+//! them (`fault_schedules.rs`).
 //!
 //! The modules' tests run in parallel threads of one process: nothing here may set environment
 //! variables or other process-wide state.
 
 mod db;
+mod fault_schedules;
 mod live_engine;
 mod live_grid;
 mod live_model;
