@@ -15,6 +15,10 @@ use herald_storage::{Table, WriteTxn};
 use herald_value::FieldPath;
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long an index build that met a full disk waits before it tries again.
+const BUILD_FULL_RETRY: Duration = Duration::from_secs(1);
 
 impl Db {
     /// Declares a composite index; it is filled in the background and used once ready.
@@ -49,7 +53,7 @@ impl Db {
             state: IndexState::Building,
         };
         let (coll, idx) = (collection.to_string(), index.clone());
-        self.catalog_job(move |cat| {
+        let declared = self.catalog_job(move |cat| {
             let cc = cat.collections.entry(coll).or_default();
             if cc.composites.iter().any(|c| c.name == idx.name) {
                 return Err(DbError::IndexExists(idx.name.clone()));
@@ -61,7 +65,24 @@ impl Db {
             }
             cc.composites.push(idx);
             Ok(())
-        })?;
+        });
+        if let Err(e) = declared {
+            // A catalog change is in memory from when its job ran, before the batch was logged
+            // (`catalog_job`): a declaration whose batch the store refused (a full disk) is
+            // visible already and the next catalog write persists it. Build it, then: the
+            // build waits for space, and a retried declaration finds the index.
+            let visible = self
+                .inner
+                .catalog
+                .read()
+                .expect("catalog lock")
+                .collection(collection)
+                .is_some_and(|cc| cc.composites.iter().any(|c| c.name == name));
+            if visible && matches!(e, DbError::Storage(_)) {
+                self.spawn_build(collection.to_string(), composite_index_name(name));
+            }
+            return Err(e);
+        }
         self.spawn_build(collection.to_string(), composite_index_name(name));
         Ok(index)
     }
@@ -170,13 +191,31 @@ impl Db {
     }
 
     /// Fills an index for the documents that existed before it, in chunks, then marks it ready.
+    ///
+    /// On a full disk the build waits and starts again once the store takes writes (as a
+    /// restart would resume it), so an index does not stay "building" after space returns.
+    /// While it waits it holds only a weak handle: a database closed meanwhile ends it.
     pub(super) fn spawn_build(&self, collection: String, index: String) {
-        let db = self.clone();
+        let weak = Arc::downgrade(&self.inner);
         std::thread::Builder::new()
             .name(format!("herald-build-{index}"))
-            .spawn(move || {
-                if let Err(e) = db.build(&collection, &index) {
-                    eprintln!("herald: building index {index} on {collection} failed: {e}");
+            .spawn(move || loop {
+                let Some(inner) = weak.upgrade() else { return };
+                let db = Db { inner };
+                match db.build(&collection, &index) {
+                    Ok(()) => return,
+                    Err(e) if e.code() == "storage_full" => {
+                        eprintln!(
+                            "herald: building index {index} on {collection} waits for disk \
+                             space: {e}"
+                        );
+                        drop(db);
+                        std::thread::sleep(BUILD_FULL_RETRY);
+                    }
+                    Err(e) => {
+                        eprintln!("herald: building index {index} on {collection} failed: {e}");
+                        return;
+                    }
                 }
             })
             .expect("spawn index builder");

@@ -692,3 +692,88 @@ fn db_fault_schedules_keep_transactions_tasks_and_subscriptions_consistent() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// An index build that meets a full disk waits and finishes once space returns, without a
+/// restart (it used to give up, and the index stayed "building" until the next start).
+#[test]
+fn an_index_build_that_meets_a_full_disk_finishes_when_space_returns() {
+    let fs = FaultFs::new(7);
+    let mut options = options(&mut StdRng::seed_from_u64(7));
+    options.store.checkpoint_interval_ms = 3_600_000;
+    options.store.checkpoint_bytes = usize::MAX / 2;
+    let db = open(&fs, &options).unwrap();
+    for chunk in 0..10 {
+        let writes = (0..200)
+            .map(|i| Write::Put {
+                collection: "big".into(),
+                id: format!("d{chunk}-{i}"),
+                doc: json!({"a": i % 7, "b": format!("{chunk}-{i}: a value long enough to fill")}),
+                if_version: None,
+            })
+            .collect();
+        db.commit(writes).unwrap();
+    }
+    // Room for the declaration, not for the build (its entries take about 100 KiB; the store
+    // refuses writes once less than its reserve is free). The room the declaration needs
+    // depends on the log's segments: grow it until the declaration fits (a refused one
+    // changes nothing).
+    let building = |db: &Db| {
+        db.list_indexes("big")
+            .unwrap()
+            .composite
+            .iter()
+            .any(|i| i.state == IndexState::Building)
+    };
+    let fields = vec![
+        ("a".to_string(), Direction::Asc),
+        ("b".to_string(), Direction::Asc),
+    ];
+    let used = fs.used();
+    for margin in 1u64.. {
+        fs.set_capacity(Some(
+            used + options.store.reserve_bytes as u64 + (margin << 12),
+        ));
+        match db.create_index("big", "ab", fields.clone()) {
+            Ok(_) => break,
+            // A refused declaration is visible already, and built (`Db::create_index`).
+            Err(e) if e.code() == "storage_full" && building(&db) => break,
+            Err(e) if e.code() == "storage_full" && margin < 12 => {
+                // Writes resume once the store sees room again.
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("declaring the index: {e}"),
+        }
+    }
+    let tiny = || {
+        vec![Write::Put {
+            collection: "small".into(),
+            id: "x".into(),
+            doc: json!({}),
+            if_version: None,
+        }]
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match db.commit(tiny()) {
+            Err(e) if e.code() == "storage_full" => break,
+            _ if Instant::now() > deadline => panic!("the disk never filled up"),
+            _ => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        building(&db),
+        "the build cannot have finished on a full disk"
+    );
+    fs.set_capacity(None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while building(&db) {
+        assert!(
+            Instant::now() < deadline,
+            "the index is still building 30 s after space returned"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    db.commit(tiny()).unwrap();
+    db.close().unwrap();
+}
