@@ -18,8 +18,8 @@
 //!    (`triggers.rs`), collections, system records; and `check`: `herald check`'s database
 //!    half (documents against index entries, offline).
 //! 4. `write`: the write path: [`Write`]s validated on the caller's thread (`prepare`), then
-//!    applied as named steps in one storage job (`apply.rs`); and `exec`: a plan run on a
-//!    snapshot.
+//!    applied as named steps in one storage job (`apply.rs`); `exec`: a plan run on a
+//!    snapshot; and `decoders`: the commit-log codec as pure functions over bytes (fuzzing).
 //! 3. `commitlog`: the commit-log record codec, appends, reads by seq ([`LogRead`]) and
 //!    pruning; `feed`: the in-memory ring of recent commits for live queries; `triggers`:
 //!    definitions, matching and the task queues the write path fills; `mutations`: client

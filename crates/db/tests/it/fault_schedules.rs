@@ -730,9 +730,7 @@ fn an_index_build_that_meets_a_full_disk_finishes_when_space_returns() {
     ];
     let used = fs.used();
     for margin in 1u64.. {
-        fs.set_capacity(Some(
-            used + options.store.reserve_bytes as u64 + (margin << 12),
-        ));
+        fs.set_capacity(Some(used + options.store.reserve_bytes + (margin << 12)));
         match db.create_index("big", "ab", fields.clone()) {
             Ok(_) => break,
             // A refused declaration is visible already, and built (`Db::create_index`).
