@@ -378,6 +378,8 @@ fn subscribers_on_two_nodes_see_every_change_once_while_a_matching_node_leaves()
     );
     // A front end that is gone for good (node `ghost` never comes back): its views go once
     // its lease expires, removed by the nodes running the rows' first cells.
+    // Taken before sending: a node may read the records before `flush` returns.
+    let sent = Instant::now();
     for i in 0..4 {
         let key = format!("ghost/1/{i}");
         let value = json!({"collection": "things", "filter": {"n": i}, "row": i % 2,
@@ -388,7 +390,6 @@ fn subscribers_on_two_nodes_see_every_change_once_while_a_matching_node_leaves()
             .unwrap();
     }
     producer.flush(Duration::from_secs(10)).unwrap();
-    let sent = Instant::now();
     wait_until(
         "the ghost's views registered",
         Duration::from_secs(20),
