@@ -641,3 +641,47 @@ fn drop_if_unnamed(state: &mut State, id: u64) {
         state.files.remove(&id);
     }
 }
+
+/// The seeds a fault-schedule test runs: the one in `$seed_env` alone, else `$count_env`
+/// (default `default`) consecutive seeds from a base that changes from run to run, printed so
+/// that a run can be repeated.
+pub fn schedule_seeds(what: &str, count_env: &str, seed_env: &str, default: u64) -> Vec<u64> {
+    if let Ok(seed) = std::env::var(seed_env) {
+        return vec![seed
+            .parse()
+            .unwrap_or_else(|_| panic!("{seed_env} must be a number, got {seed:?}"))];
+    }
+    let count = std::env::var(count_env)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default);
+    let base = u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32))
+            .unwrap_or(0),
+    );
+    eprintln!("{what}: {count} seeds from {base}");
+    (base..base + count).collect()
+}
+
+/// Runs one schedule on a thread of its own named `name`, so that a hang fails the test after
+/// `max` (with the schedule's seed, which the caller prints) instead of stopping it; a panic is
+/// an error too.
+pub fn run_schedule<T: Send + 'static>(
+    name: String,
+    max: std::time::Duration,
+    schedule: impl FnOnce() -> Result<T, String> + Send + std::panic::UnwindSafe + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            let result =
+                std::panic::catch_unwind(schedule).unwrap_or_else(|_| Err("panicked".into()));
+            let _ = tx.send(result);
+        })
+        .expect("a thread");
+    rx.recv_timeout(max)
+        .unwrap_or_else(|_| Err(format!("hung for {max:?}")))
+}

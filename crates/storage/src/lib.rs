@@ -227,7 +227,7 @@ mod writer;
 
 pub use check::{check, Finding, Report};
 pub use error::{StorageError, WriteError};
-pub use fault::{Fault, FaultFs, Op};
+pub use fault::{run_schedule, schedule_seeds, Fault, FaultFs, Op};
 pub use job::{Ticket, TicketFuture};
 pub use layer::ReadPoint;
 pub use metrics::{Histogram, HistogramSnapshot, MetricsSnapshot};

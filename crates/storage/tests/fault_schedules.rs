@@ -21,12 +21,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use herald_storage::{
-    check, Fault, FaultFs, Op, StorageError, Store, StoreOptions, Table, WriteError,
+    check, run_schedule, schedule_seeds, Fault, FaultFs, Op, StorageError, Store, StoreOptions,
+    Table, WriteError,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -253,33 +253,19 @@ fn schedule(seed: u64) -> Result<String, String> {
 
 /// Runs `seed` on its own thread, so that a hang fails the test with the seed.
 fn run(seed: u64) -> Result<String, String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name(format!("schedule-{seed}"))
-        .spawn(move || {
-            let result = std::panic::catch_unwind(|| schedule(seed))
-                .unwrap_or_else(|_| Err("panicked".into()));
-            let _ = tx.send(result);
-        })
-        .expect("a thread");
-    rx.recv_timeout(SCHEDULE_TIME_MAX)
-        .unwrap_or_else(|_| Err(format!("hung for {SCHEDULE_TIME_MAX:?}")))
+    run_schedule(format!("schedule-{seed}"), SCHEDULE_TIME_MAX, move || {
+        schedule(seed)
+    })
 }
 
 #[test]
 fn fault_schedules_lose_no_acknowledged_write_and_leave_no_half_job() {
-    let seeds: Vec<u64> = match std::env::var(SEED_ENV) {
-        Ok(seed) => vec![seed.parse().expect("HERALD_FAULT_SEED is a number")],
-        Err(_) => {
-            let count = std::env::var(SCHEDULES_ENV)
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(SCHEDULES_DEFAULT);
-            let base: u64 = rand::random::<u32>().into();
-            eprintln!("fault schedules: {count} seeds from {base}");
-            (base..base + count).collect()
-        }
-    };
+    let seeds = schedule_seeds(
+        "fault schedules",
+        SCHEDULES_ENV,
+        SEED_ENV,
+        SCHEDULES_DEFAULT,
+    );
     let started = std::time::Instant::now();
     let mut outcomes = 0u64;
     for &seed in &seeds {

@@ -35,7 +35,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,7 +42,7 @@ use herald_db::live::LiveEngine;
 use herald_db::triggers::{TaskId, TriggerDef};
 use herald_db::{Db, DbOptions, Durability, IndexState, LogRead, QueueFull, StoreOptions, Write};
 use herald_query::{Direction, Query};
-use herald_storage::{Fault, FaultFs, Op};
+use herald_storage::{run_schedule, schedule_seeds, Fault, FaultFs, Op};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -639,33 +638,21 @@ fn without_id(doc: &Option<Value>) -> Option<Value> {
 
 /// Runs `seed` on its own thread, so that a hang fails the test with the seed.
 fn run(seed: u64) -> Result<Summary, String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name(format!("db-schedule-{seed}"))
-        .spawn(move || {
-            let result = std::panic::catch_unwind(|| schedule(seed))
-                .unwrap_or_else(|_| Err("panicked".into()));
-            let _ = tx.send(result);
-        })
-        .expect("a thread");
-    rx.recv_timeout(SCHEDULE_TIME_MAX)
-        .unwrap_or_else(|_| Err(format!("hung for {SCHEDULE_TIME_MAX:?}")))
+    run_schedule(
+        format!("db-schedule-{seed}"),
+        SCHEDULE_TIME_MAX,
+        move || schedule(seed),
+    )
 }
 
 #[test]
 fn db_fault_schedules_keep_transactions_tasks_and_subscriptions_consistent() {
-    let seeds: Vec<u64> = match std::env::var(SEED_ENV) {
-        Ok(seed) => vec![seed.parse().expect("HERALD_DB_FAULT_SEED is a number")],
-        Err(_) => {
-            let count = std::env::var(SCHEDULES_ENV)
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(SCHEDULES_DEFAULT);
-            let base: u64 = rand::random::<u32>().into();
-            eprintln!("db fault schedules: {count} seeds from {base}");
-            (base..base + count).collect()
-        }
-    };
+    let seeds = schedule_seeds(
+        "db fault schedules",
+        SCHEDULES_ENV,
+        SEED_ENV,
+        SCHEDULES_DEFAULT,
+    );
     let started = Instant::now();
     let (mut passed, mut faulted, mut acked, mut failed, mut completed) = (0u64, 0, 0, 0, 0);
     for &seed in &seeds {
