@@ -5,6 +5,8 @@
 //! system records (`system.rs`).
 
 mod collections;
+mod group_indexes;
+mod group_query;
 mod indexes;
 mod query;
 mod replica;

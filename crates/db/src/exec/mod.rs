@@ -4,7 +4,10 @@
 //! given, and no query returns more than [`QUERY_DOCS_MAX`] documents. A plan run as a trial
 //! (see `planner/choose.rs`) stops with no result once it has examined its budget.
 
+mod group;
 mod ordered;
+
+pub use group::{execute_group, GroupPlan, Restrict, GROUP_COLLECTIONS_MAX};
 
 use crate::error::DbError;
 use crate::layout::{collection_prefix, decode_doc, doc_key, index_entry_id};
@@ -70,7 +73,7 @@ fn run(
     let mut out = Collector::new(q, window);
     match plan {
         Plan::Ordered(o) => {
-            if !ordered::run(read, collection, q, o, budget, ex, &mut out)? {
+            if !ordered::run(read, collection, q, o, budget, ex, &mut out, None)? {
                 return Ok(None);
             }
         }
