@@ -15,6 +15,7 @@ mod system;
 mod triggers;
 
 pub use collections::COLLECTIONS_LIST_MAX;
+pub(crate) use group_query::check_group_query;
 pub use indexes::IndexListing;
 pub use query::PlanResult;
 pub use replica::StateDigest;

@@ -7,7 +7,10 @@
 mod group;
 mod ordered;
 
-pub use group::{execute_group, GroupPlan, Restrict, GROUP_COLLECTIONS_MAX};
+pub use group::{
+    execute_group, group_query, project as project_group, with_path, GroupPlan, Restrict,
+    GROUP_COLLECTIONS_MAX,
+};
 
 use crate::error::DbError;
 use crate::layout::{collection_prefix, decode_doc, doc_key, index_entry_id};

@@ -27,8 +27,12 @@ use crate::live::feed::Commit;
 use crate::live::grid::{CellStatus, GridError, Inline, Matches, Matching};
 use crate::live::matcher::ViewId;
 use crate::live::message::{Events, Gap, Message, ResetReason};
+use crate::live::scope::Scope;
 use crate::live::view::{DocChange, LiveView, SLACK_DEFAULT};
-use herald_query::{Projection, Query};
+use crate::db::check_group_query;
+use crate::exec::{group_query, Restrict};
+use crate::names::check_group;
+use herald_query::Query;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -60,7 +64,7 @@ pub struct SubscribeRequest {
 }
 
 enum Request {
-    Subscribe(Box<SubscribeRequest>),
+    Subscribe(Box<SubscribeRequest>, Scope),
     Unsubscribe { conn: u64, sub: String },
     Disconnect { conn: u64 },
 }
@@ -73,7 +77,7 @@ struct Subscriber {
 struct View {
     /// The sharing key (`Engine::by_key` maps it back to this view's id).
     key: String,
-    collection: String,
+    scope: Scope,
     live: LiveView,
     subs: Vec<Subscriber>,
 }
@@ -165,7 +169,28 @@ impl LiveEngine {
     }
 
     pub fn subscribe(&self, req: SubscribeRequest) -> Result<(), DbError> {
-        self.push(Request::Subscribe(Box::new(req)))
+        let scope = Scope::Collection(req.collection.clone());
+        self.push(Request::Subscribe(Box::new(req), scope))
+    }
+
+    /// Subscribes to a collection-group query: every collection whose last segment is `group`
+    /// (`req.collection` is ignored). Events name documents by full path and documents carry
+    /// `_path`; `restrict` (an end user's read rules) decides per collection what is visible.
+    /// Views are shared only by equal `req.key`s, so a restricted subscription's key must
+    /// identify its reader.
+    pub fn subscribe_group(
+        &self,
+        group: &str,
+        mut req: SubscribeRequest,
+        restrict: Option<Arc<dyn Restrict>>,
+    ) -> Result<(), DbError> {
+        check_group(group)?;
+        check_group_query(&req.query)?;
+        let mut view_query = group_query(&req.query);
+        view_query.projection = req.query.projection.clone();
+        let scope = Scope::group(group, std::mem::replace(&mut req.query, view_query), restrict);
+        req.collection = scope.key();
+        self.push(Request::Subscribe(Box::new(req), scope))
     }
 
     pub fn unsubscribe(&self, conn: u64, sub: &str) -> Result<(), DbError> {
@@ -342,7 +367,7 @@ impl Engine {
 
     fn handle(&mut self, r: Request) {
         match r {
-            Request::Subscribe(req) => self.subscribe(*req),
+            Request::Subscribe(req, scope) => self.subscribe(*req, scope),
             Request::Unsubscribe { conn, sub } => {
                 self.remove(|s| s.sink.conn() == conn && s.sub == sub)
             }
@@ -375,12 +400,12 @@ impl Engine {
     /// The first `n` documents (all when `None`) of `query`'s result at exactly `target`.
     fn top_at(
         db: &Db,
-        collection: &str,
+        scope: &Scope,
         query: &Query,
         n: Option<usize>,
         target: u64,
     ) -> Result<Vec<Value>, DbError> {
-        top_at(db, collection, query, n, target)
+        top_at_scope(db, scope, query, n, target)
     }
 
     /// A new view's first result and the seq it is at. With an initial result to send, that is
@@ -393,28 +418,28 @@ impl Engine {
     fn first_result(
         &self,
         db: &Db,
-        collection: &str,
+        scope: &Scope,
         query: &Query,
         fresh: bool,
     ) -> Result<(Vec<Value>, u64), DbError> {
         let n = Self::fetch_size(query);
         if fresh {
-            let (docs, seq) = top_now(db, collection, query, n)?;
+            let (docs, seq) = scope.top(db, query, n)?;
             if seq >= self.seq {
                 return Ok((docs, seq));
             }
         }
-        Ok((Self::top_at(db, collection, query, n, self.seq)?, self.seq))
+        Ok((Self::top_at(db, scope, query, n, self.seq)?, self.seq))
     }
 
     fn fetch_size(query: &Query) -> Option<usize> {
         query.limit.map(|l| query.skip + l + SLACK_DEFAULT + 1)
     }
 
-    fn subscribe(&mut self, req: SubscribeRequest) {
+    fn subscribe(&mut self, req: SubscribeRequest, scope: Scope) {
         let SubscribeRequest {
             sub,
-            collection,
+            collection: _,
             query,
             key,
             resume_from,
@@ -429,13 +454,13 @@ impl Engine {
             .map_or(self.seq, |v| v.live.seq().max(self.seq));
         let db = self.shared.db.clone();
         if let Some(r) = resume_from.filter(|r| *r != seq) {
-            match self.replay(&db, &collection, &query, r, seq, &sub, &*sink) {
+            match self.replay(&db, &scope, &query, r, seq, &sub, &*sink) {
                 Ok(Replayed::Done) => {}
                 Ok(Replayed::Gap(gap)) => {
                     if !sink.send(reset_msg(&sub, ResetReason::Resume { from: r, gap })) {
                         return;
                     }
-                    self.attach(&db, sub, collection, query, key, sink, true);
+                    self.attach(&db, sub, scope, query, key, sink, true);
                     return;
                 }
                 Err(e) => {
@@ -443,11 +468,11 @@ impl Engine {
                     return;
                 }
             }
-            self.attach(&db, sub, collection, query, key, sink, false);
+            self.attach(&db, sub, scope, query, key, sink, false);
             return;
         }
         let send_initial = resume_from.is_none();
-        self.attach(&db, sub, collection, query, key, sink, send_initial);
+        self.attach(&db, sub, scope, query, key, sink, send_initial);
     }
 
     /// Sends the commits after `from` up to `to` as change batches for a private
@@ -456,7 +481,7 @@ impl Engine {
     fn replay(
         &self,
         db: &Db,
-        collection: &str,
+        scope: &Scope,
         query: &Query,
         from: u64,
         to: u64,
@@ -466,7 +491,7 @@ impl Engine {
         if from > to {
             return Ok(Replayed::Gap(Gap::Unknown));
         }
-        let docs = match Self::top_at(db, collection, query, Self::fetch_size(query), from) {
+        let docs = match Self::top_at(db, scope, query, Self::fetch_size(query), from) {
             Ok(d) => d,
             Err(DbError::LogGone { .. }) => return Ok(Replayed::Gap(Gap::LogGone)),
             // The result as of `from` is rebuilt from today's by undoing every change since;
@@ -478,7 +503,7 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
-        let mut view = LiveView::new(query.clone(), SLACK_DEFAULT, docs, from);
+        let mut view = new_view(scope, query.clone(), docs, from);
         let mut at = from;
         while at < to {
             let upto = to.min(at + CATCH_UP_COMMITS_MAX);
@@ -486,7 +511,7 @@ impl Engine {
                 return Ok(Replayed::Gap(Gap::LogGone));
             };
             for c in commits {
-                let events = apply_commit(db, collection, &mut view, &c)?;
+                let events = apply_commit(db, scope, &mut view, &c)?;
                 if !events.is_empty() && !sink.send(changes_msg(sub, c.seq, events)) {
                     return Ok(Replayed::Done);
                 }
@@ -501,7 +526,7 @@ impl Engine {
         &mut self,
         db: &Db,
         sub: String,
-        collection: String,
+        scope: Scope,
         query: Query,
         key: String,
         sink: Arc<dyn Sink>,
@@ -509,9 +534,9 @@ impl Engine {
     ) {
         let id = match self.by_key.get(&key) {
             Some(&id) => id,
-            None => match self.first_result(db, &collection, &query, send_initial) {
+            None => match self.first_result(db, &scope, &query, send_initial) {
                 Ok((docs, seq)) => {
-                    let live = LiveView::new(query, SLACK_DEFAULT, docs, seq);
+                    let live = new_view(&scope, query, docs, seq);
                     let id = match self.free.pop() {
                         Some(id) => id,
                         None => {
@@ -520,11 +545,11 @@ impl Engine {
                         }
                     };
                     self.grid
-                        .add_view(id, &collection, Arc::new(live.query().filter.clone()));
+                        .add_view(id, &scope.key(), Arc::new(live.query().filter.clone()));
                     self.by_key.insert(key.clone(), id);
                     self.views[id as usize] = Some(View {
                         key,
-                        collection,
+                        scope,
                         live,
                         subs: Vec::new(),
                     });
@@ -534,7 +559,7 @@ impl Engine {
                 // `first_result`): a reset and a fresh result, as when the log is gone.
                 Err(DbError::LimitExceeded(_)) if !send_initial => {
                     if sink.send(reset_msg(&sub, ResetReason::ReplayBehind)) {
-                        self.attach(db, sub, collection, query, key, sink, true);
+                        self.attach(db, sub, scope, query, key, sink, true);
                     }
                     return;
                 }
@@ -586,7 +611,7 @@ impl Engine {
                     self.attach(
                         db,
                         s.sub,
-                        v.collection.clone(),
+                        v.scope.clone(),
                         v.live.query().clone(),
                         v.key.clone(),
                         s.sink,
@@ -608,6 +633,20 @@ impl Engine {
         };
         let mut changes: Vec<DocChange<'_>> = Vec::new();
         for (id, idx) in &m.views {
+            let group = match deliver.views.get(*id as usize) {
+                Some(Some(v)) => matches!(v.scope, Scope::Group(_)).then(|| v.scope.clone()),
+                _ => continue,
+            };
+            if let Some(scope) = group {
+                // A group view knows documents by path, with `_path`, visible ones only.
+                let owned = group_changes(&scope, &m.commit, idx.iter().map(|&i| i as usize));
+                let refs: Vec<DocChange<'_>> = owned
+                    .iter()
+                    .map(|(p, b, a)| (p.as_str(), b.as_ref(), a.as_ref()))
+                    .collect();
+                deliver.call(*id, &refs);
+                continue;
+            }
             changes.clear();
             changes.extend(idx.iter().filter_map(|&i| {
                 let c = m.commit.changes.get(i as usize)?;
@@ -652,7 +691,7 @@ impl Deliver<'_> {
             view.live.skip_to(seq);
             return;
         }
-        match apply_changes(self.db, &view.collection, &mut view.live, seq, changes) {
+        match apply_changes(self.db, &view.scope, &mut view.live, seq, changes) {
             Ok(events) if events.is_empty() => {}
             Ok(events) => {
                 // One batch for the view, shared by every subscriber (a reference each).
@@ -675,34 +714,71 @@ impl Deliver<'_> {
 /// Applies some changes of one commit to a view: its events, one shared batch.
 fn apply_changes(
     db: &Db,
-    collection: &str,
+    scope: &Scope,
     view: &mut LiveView,
     seq: u64,
     changes: &[DocChange<'_>],
 ) -> Result<Events, DbError> {
     let query = view.shared_query();
-    let mut refill = |n: usize, s: u64| top_at(db, collection, &query, Some(n), s);
+    let mut refill = |n: usize, s: u64| top_at_scope(db, scope, &query, Some(n), s);
     let events: Vec<ChangeEvent<Arc<Value>>> = view.apply(seq, changes, &mut refill)?;
     Ok(events.into())
 }
 
-/// Applies one commit (its changes to `collection`) to a view and renders its events.
+/// Applies one commit (its changes in `scope`) to a view and renders its events.
 fn apply_commit(
     db: &Db,
-    collection: &str,
+    scope: &Scope,
     view: &mut LiveView,
     commit: &Commit,
 ) -> Result<Events, DbError> {
-    let changes: Vec<DocChange<'_>> = commit
-        .changes
-        .iter()
-        .filter(|c| c.collection == collection)
-        .map(|c| (c.id.as_str(), c.before.as_ref(), c.after.as_ref()))
-        .collect();
+    let owned;
+    let changes: Vec<DocChange<'_>> = match scope {
+        Scope::Collection(collection) => commit
+            .changes
+            .iter()
+            .filter(|c| c.collection == *collection)
+            .map(|c| (c.id.as_str(), c.before.as_ref(), c.after.as_ref()))
+            .collect(),
+        Scope::Group(_) => {
+            owned = group_changes(scope, commit, 0..commit.changes.len());
+            owned
+                .iter()
+                .map(|(p, b, a)| (p.as_str(), b.as_ref(), a.as_ref()))
+                .collect()
+        }
+    };
     if changes.is_empty() {
         return Ok(Events::from([]));
     }
-    apply_changes(db, collection, view, commit.seq, &changes)
+    apply_changes(db, scope, view, commit.seq, &changes)
+}
+
+/// The changes at `idx` of a commit that are in a group's scope, as its view sees them: by
+/// full path, images with `_path`, hidden images absent.
+fn group_changes(
+    scope: &Scope,
+    commit: &Commit,
+    idx: impl Iterator<Item = usize>,
+) -> Vec<(String, Option<Value>, Option<Value>)> {
+    idx.filter_map(|i| commit.changes.get(i))
+        .filter(|c| scope.holds(&c.collection))
+        .map(|c| {
+            (
+                scope.id_of(&c.collection, &c.id),
+                scope.image(&c.collection, &c.id, c.before.as_ref()),
+                scope.image(&c.collection, &c.id, c.after.as_ref()),
+            )
+        })
+        .collect()
+}
+
+/// A view of `scope` (a group's knows documents by path).
+fn new_view(scope: &Scope, query: Query, docs: Vec<Value>, seq: u64) -> LiveView {
+    match scope {
+        Scope::Collection(_) => LiveView::new(query, SLACK_DEFAULT, docs, seq),
+        Scope::Group(_) => LiveView::new_group(query, SLACK_DEFAULT, docs, seq),
+    }
 }
 
 /// How a resume's replay ended.
@@ -711,22 +787,6 @@ enum Replayed {
     Done,
     /// The history could not be replayed, for this reason (a `reset` follows).
     Gap(Gap),
-}
-
-/// The first `n` documents (unprojected, all when `None`) of the query's result in the newest
-/// snapshot, and that snapshot's seq.
-fn top_now(
-    db: &Db,
-    collection: &str,
-    query: &Query,
-    n: Option<usize>,
-) -> Result<(Vec<Value>, u64), DbError> {
-    let mut q = query.clone();
-    q.skip = 0;
-    q.projection = Projection::all();
-    q.limit = n;
-    let out = db.query(collection, &q)?;
-    Ok((out.docs, out.seq))
 }
 
 /// The first `n` documents (unprojected, all when `None`) of the query's result at exactly
@@ -741,31 +801,43 @@ pub fn top_at(
     n: Option<usize>,
     target: u64,
 ) -> Result<Vec<Value>, DbError> {
+    top_at_scope(
+        db,
+        &Scope::Collection(collection.to_string()),
+        query,
+        n,
+        target,
+    )
+}
+
+/// [`top_at`] for a collection or a collection group (whose documents are known by `_path`).
+fn top_at_scope(
+    db: &Db,
+    scope: &Scope,
+    query: &Query,
+    n: Option<usize>,
+    target: u64,
+) -> Result<Vec<Value>, DbError> {
+    let member = match scope {
+        Scope::Collection(_) => "_id",
+        Scope::Group(_) => "_path",
+    };
     let mut extra = 0usize;
     loop {
-        let mut q = query.clone();
-        q.skip = 0;
-        q.projection = Projection::all();
-        q.limit = n.map(|n| n + extra);
-        let out = db.query(collection, &q)?;
-        if out.seq < target {
+        let (docs, seq) = scope.top(db, query, n.map(|n| n + extra))?;
+        if seq < target {
             return Err(DbError::Corrupt(format!(
                 "snapshot seq {} is older than {target}",
-                out.seq
+                seq
             )));
         }
-        let commits = db.commits_between(target, out.seq)?.into_commits()?;
+        let commits = db.commits_between(target, seq)?.into_commits()?;
         let delta: usize = commits
             .iter()
-            .map(|c| {
-                c.changes
-                    .iter()
-                    .filter(|x| x.collection == collection)
-                    .count()
-            })
+            .map(|c| c.changes.iter().filter(|x| scope.holds(&x.collection)).count())
             .sum();
-        if let (Some(limit), true) = (q.limit, delta > extra) {
-            if out.docs.len() >= limit {
+        if let (Some(limit), true) = (n.map(|n| n + extra), delta > extra) {
+            if docs.len() >= limit {
                 extra = delta;
                 continue;
             }
@@ -776,12 +848,12 @@ pub fn top_at(
                    items: &mut BTreeMap<Vec<u8>, Value>,
                    keys: &mut HashMap<String, Vec<u8>>| {
             let key = query.sort.encoded_key(&doc);
-            if let Some(id) = doc.get("_id").and_then(Value::as_str) {
+            if let Some(id) = doc.get(member).and_then(Value::as_str) {
                 keys.insert(id.to_string(), key.clone());
             }
             items.insert(key, doc);
         };
-        for d in out.docs {
+        for d in docs {
             put(d, &mut items, &mut keys);
         }
         for c in commits.iter().rev() {
@@ -789,14 +861,14 @@ pub fn top_at(
                 .changes
                 .iter()
                 .rev()
-                .filter(|x| x.collection == collection)
+                .filter(|x| scope.holds(&x.collection))
             {
-                if let Some(k) = keys.remove(&ch.id) {
+                if let Some(k) = keys.remove(&scope.id_of(&ch.collection, &ch.id)) {
                     items.remove(&k);
                 }
-                if let Some(b) = &ch.before {
-                    if query.filter.matches(b) {
-                        put(b.clone(), &mut items, &mut keys);
+                if let Some(b) = scope.image(&ch.collection, &ch.id, ch.before.as_ref()) {
+                    if query.filter.matches(&b) {
+                        put(b, &mut items, &mut keys);
                     }
                 }
             }

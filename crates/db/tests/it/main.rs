@@ -10,6 +10,7 @@
 
 mod db;
 mod fault_schedules;
+mod groups;
 mod live_engine;
 mod live_grid;
 mod live_model;
