@@ -6,16 +6,17 @@
 //! ANDed into its filter exactly as `POST /v1/query` does: the stages after it only ever see
 //! documents the user may read, so a user's count counts only those. The rest of the pipeline
 //! runs in memory over the query's result (herald-query's `pipeline`, bounded by its limits), on
-//! the blocking pool like a query.
+//! the blocking pool like a query. With `collectionGroup` the head query runs over the group
+//! (documents carry `_path`), an end user's rule ANDed in per collection.
 
 use crate::api::body::read_typed;
 use crate::api::error::{ApiError, ApiResult};
-use crate::api::query::{explain_of, query_of, restrict, QUERY_BODY_BYTES_MAX};
+use crate::api::query::{explain_of, query_of, restrict, UserRestrict, QUERY_BODY_BYTES_MAX};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::Json;
-use herald_db::{DbError, QUERY_DOCS_MAX};
+use herald_db::{DbError, Restrict, QUERY_DOCS_MAX};
 use herald_protocol::{AggregateBody, AggregateExplain, AggregateReply, ErrorCode, QueryParts};
 use herald_query::pipeline::{Pipeline, Stage};
 use serde_json::Value;
@@ -29,10 +30,25 @@ pub async fn aggregate(
     crate::api::min_seq::wait_min_seq(&st, body.min_seq, false).await?;
     let explain = body.explain.unwrap_or(false);
     let collection = body.collection;
+    let group = body.collection_group;
     let spec = Value::Array(body.pipeline);
     let pipeline = Pipeline::parse(&spec).map_err(|e| ApiError::lib(e.code(), e.to_string()))?;
     let (mut q, covered) = pipeline.head_query(QUERY_DOCS_MAX);
-    if let Some(user) = p.user() {
+    let head_filter = match pipeline.stages().first() {
+        Some(Stage::Match(_)) => spec[0].get("$match").cloned(),
+        _ => None,
+    };
+    let mut user_restrict = None;
+    if let (Some(g), Some(user)) = (&group, p.user()) {
+        if explain {
+            return Err(ApiError::new(
+                ErrorCode::PermissionDenied,
+                "explain needs an admin or service key",
+            ));
+        }
+        herald_db::check_group(g)?;
+        user_restrict = Some(UserRestrict::new(&st, user, head_filter.clone(), q.clone()));
+    } else if let Some(user) = p.user() {
         if explain {
             // Plans count examined documents, hidden ones included.
             return Err(ApiError::new(
@@ -42,10 +58,7 @@ pub async fn aggregate(
         }
         // The head filter as JSON, so the rule is ANDed in exactly as for a query.
         let mut parts = QueryParts {
-            filter: match pipeline.stages().first() {
-                Some(Stage::Match(_)) => spec[0].get("$match").cloned(),
-                _ => None,
-            },
+            filter: head_filter,
             ..QueryParts::default()
         };
         restrict(&st, &mut parts, &collection, user)?;
@@ -53,7 +66,11 @@ pub async fn aggregate(
     }
     let db = st.db.clone();
     let out = tokio::task::spawn_blocking(move || {
-        let head = db.query(&collection, &q).map_err(too_large)?;
+        let head = match &group {
+            Some(g) => db.query_group(g, &q, user_restrict.as_ref().map(|r| r as &dyn Restrict)),
+            None => db.query(&collection, &q),
+        }
+        .map_err(too_large)?;
         let docs = pipeline
             .run_from(covered, head.docs)
             .map_err(|e| ApiError::lib(e.code(), e.to_string()))?;

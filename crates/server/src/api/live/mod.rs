@@ -16,7 +16,8 @@
 //! reconnects and resumes from the last seq it saw.
 //!
 //! An end user's subscriptions have the read rule ANDed into their filter
-//! (`query::restrict`), so they see only readable documents; when the rules change, end-user
+//! (`query::restrict`; for a collection group, per collection: `query::UserRestrict`), so they
+//! see only readable documents; when the rules change, end-user
 //! connections close (their clients reconnect and subscribe under the new rules).
 
 pub mod conn;
@@ -108,6 +109,12 @@ fn resumable(
 /// A subscription's query, and its sharing key (equal keys share one engine view).
 fn subscription(collection: &str, parts: &QueryParts) -> Result<(Query, String), ApiError> {
     herald_db::check_collection(collection)?;
+    subscription_key(collection, parts)
+}
+
+/// The query and sharing key of a subscription to `scope` (a collection, or `*/group`).
+fn subscription_key(scope: &str, parts: &QueryParts) -> Result<(Query, String), ApiError> {
+    let collection = scope;
     let query = crate::api::query::query_of(parts)?;
     let get = crate::api::query::or_null;
     let key = format!(
@@ -121,6 +128,71 @@ fn subscription(collection: &str, parts: &QueryParts) -> Result<(Query, String),
         ])
     );
     Ok((query, key))
+}
+
+/// What a subscription watches, from its members: one collection, or a collection group.
+pub(crate) enum Target {
+    Collection(String),
+    Group(String),
+}
+
+/// Hands a subscription to the engine. A collection's has an end user's read rule ANDed into
+/// its filter; a collection group's has it ANDed per collection (`query::UserRestrict`), and is
+/// shared only by subscriptions of the same user under the same rules.
+pub(crate) fn start_subscription(
+    st: &AppState,
+    principal: &Principal,
+    target: Target,
+    mut parts: QueryParts,
+    sub: String,
+    resume_from: Option<u64>,
+    sink: std::sync::Arc<dyn herald_db::live::Sink>,
+) -> Result<(), ApiError> {
+    let collection = match target {
+        Target::Collection(c) => c,
+        Target::Group(group) => {
+            herald_db::check_group(&group)?;
+            let (query, key) = subscription_key(&format!("*/{group}"), &parts)?;
+            let (restrict, key) = match principal.user() {
+                Some(user) => {
+                    let r = crate::api::query::UserRestrict::new(
+                        st,
+                        user,
+                        parts.filter.clone(),
+                        query.clone(),
+                    );
+                    let who = format!("{key}\nrules {} user {:?}", st.auth.rules_seq(), user.ctx);
+                    (
+                        Some(std::sync::Arc::new(r) as std::sync::Arc<dyn herald_db::Restrict>),
+                        who,
+                    )
+                }
+                None => (None, key),
+            };
+            let req = herald_db::live::SubscribeRequest {
+                sub,
+                collection: String::new(),
+                query,
+                key,
+                resume_from,
+                sink,
+            };
+            return Ok(st.live.subscribe_group(&group, req, restrict)?);
+        }
+    };
+    if let Some(user) = principal.user() {
+        crate::api::query::restrict(st, &mut parts, &collection, user)?;
+    }
+    let (query, key) = subscription(&collection, &parts)?;
+    let req = herald_db::live::SubscribeRequest {
+        sub,
+        collection,
+        query,
+        key,
+        resume_from,
+        sink,
+    };
+    Ok(st.live.subscribe(req)?)
 }
 
 /// Refuses a request whose `Origin` is not allowed (`--allowed-origins`); requests without an

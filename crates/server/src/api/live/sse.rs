@@ -8,7 +8,8 @@ use crate::api::error::ApiError;
 use crate::api::live::conn::{encode, Conn};
 use crate::api::live::session::reached;
 use crate::api::live::{
-    check_origin, reset, resumable, subscription, token_expired, HEARTBEAT, SLOW_CONSUMER,
+    check_origin, reset, resumable, start_subscription, token_expired, Target, HEARTBEAT,
+    SLOW_CONSUMER,
 };
 use crate::auth::Principal;
 use crate::state::AppState;
@@ -16,7 +17,6 @@ use axum::extract::{Query as UrlQuery, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use herald_db::live::SubscribeRequest;
 use herald_db::Clock;
 use herald_protocol::{Decode, ErrorCode, QueryParts, ServerMessage, SubscribeParams};
 use serde_json::{Map, Value};
@@ -62,7 +62,7 @@ pub async fn sse(
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    let (params, mut parts) = match params_of(params) {
+    let (params, parts) = match params_of(params) {
         Ok(x) => x,
         Err(e) => return e.into_response(),
     };
@@ -73,22 +73,27 @@ pub async fn sse(
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    let Some(collection) = params.collection.clone() else {
-        return ApiError::new(ErrorCode::BadRequest, "a subscription needs 'collection'")
-            .into_response();
-    };
-    if let Some(user) = principal.user() {
-        if let Err(e) = crate::api::query::restrict(&st, &mut parts, &collection, user) {
-            return e.into_response();
+    let target = match (params.collection.clone(), params.collection_group.clone()) {
+        (Some(c), None) => Target::Collection(c),
+        (None, Some(g)) => Target::Group(g),
+        (Some(_), Some(_)) => {
+            return ApiError::new(
+                ErrorCode::BadQuery,
+                "give 'collection' or 'collectionGroup', not both",
+            )
+            .into_response()
         }
-    }
+        (None, None) => {
+            return ApiError::new(
+                ErrorCode::BadRequest,
+                "a subscription needs 'collection' or 'collectionGroup'",
+            )
+            .into_response()
+        }
+    };
     let expires = principal
         .user()
         .map(|u| (st.auth.clock().clone(), u.expires_at_ms));
-    let (query, key) = match subscription(&collection, &parts) {
-        Ok(x) => x,
-        Err(e) => return e.into_response(),
-    };
     let header_resume = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -101,16 +106,16 @@ pub async fn sse(
     let resume_from = header_resume.or(param_resume);
     let conn = Conn::new(&st);
     let resume_from = resumable(&st, &principal, resume_from, SUB, &conn.sink);
-    let req = SubscribeRequest {
-        sub: SUB.into(),
-        collection,
-        query,
-        key,
+    if let Err(e) = start_subscription(
+        &st,
+        &principal,
+        target,
+        parts,
+        SUB.into(),
         resume_from,
-        sink: conn.sink.clone(),
-    };
-    if let Err(e) = st.live.subscribe(req) {
-        return ApiError::from(e).into_response();
+        conn.sink.clone(),
+    ) {
+        return e.into_response();
     }
     let live = st.live.clone();
     let guard = DisconnectOnDrop {

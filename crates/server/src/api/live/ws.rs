@@ -11,7 +11,7 @@ use crate::api::live::session::{
 };
 use crate::api::live::ws_writes::{request_error, WsWrites};
 use crate::api::live::{
-    check_origin, error_msg, resumable, subscription, token_expired, HEARTBEAT, SLOW_CONSUMER,
+    check_origin, error_msg, resumable, token_expired, HEARTBEAT, SLOW_CONSUMER,
     SUBS_PER_CONN_MAX, WS_MESSAGE_BYTES_MAX,
 };
 use crate::auth::Principal;
@@ -22,7 +22,6 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures_util::SinkExt;
-use herald_db::live::SubscribeRequest;
 use herald_db::Clock;
 use herald_protocol::error::WS_CLOSE_POLICY;
 use herald_protocol::limits::REQ_ID_BYTES_MAX;
@@ -505,7 +504,8 @@ fn subscribe(
     principal: &Principal,
     s: Subscribe,
 ) -> Option<ServerMessage<'static>> {
-    let (sub, collection, mut parts, resume_from) = s.into_parts();
+    let group = s.collection_group.clone();
+    let (sub, collection, parts, resume_from) = s.into_parts();
     let fail = |e: ApiError| Some(error_msg(Some(&sub), &e));
     if subs.contains(&sub) {
         return fail(ApiError::new(
@@ -519,29 +519,24 @@ fn subscribe(
             format!("at most {SUBS_PER_CONN_MAX} subscriptions per connection"),
         ));
     }
-    if let Some(user) = principal.user() {
-        if let Err(e) = crate::api::query::restrict(st, &mut parts, &collection, user) {
-            return fail(e);
-        }
-    }
-    let (query, key) = match subscription(&collection, &parts) {
-        Ok(x) => x,
-        Err(e) => return fail(e),
+    let target = match group {
+        Some(g) => super::Target::Group(g),
+        None => super::Target::Collection(collection),
     };
     let resume_from = resumable(st, principal, resume_from, &sub, &conn.sink);
-    let req = SubscribeRequest {
-        sub: sub.clone(),
-        collection,
-        query,
-        key,
+    match super::start_subscription(
+        st,
+        principal,
+        target,
+        parts,
+        sub.clone(),
         resume_from,
-        sink: conn.sink.clone(),
-    };
-    match st.live.subscribe(req) {
+        conn.sink.clone(),
+    ) {
         Ok(()) => {
             subs.insert(sub);
             None
         }
-        Err(e) => fail(ApiError::from(e)),
+        Err(e) => fail(e),
     }
 }
