@@ -24,15 +24,15 @@ import {
 import { CACHE_DOCS_MAX, DocumentCache } from "./documentCache.js";
 import { HeraldError } from "./errors.js";
 import { Http, type Fetch } from "./http.js";
-import { ListenRegistry, snapshot, type ListenLink, type Listener } from "./listenRegistry.js";
+import { groupView, ListenRegistry, snapshot, type ListenLink, type Listener } from "./listenRegistry.js";
 import { MutationQueue, PENDING_WRITES_MAX } from "./mutationQueue.js";
 import { MemoryPersistence, type Persistence } from "./persistence.js";
-import { CollectionRef, DocumentRef, QueryRef, toWire, wireQuery, type Write } from "./refs.js";
+import { CollectionGroupRef, CollectionRef, DocumentRef, QueryRef, toWire, wireQuery, type Write } from "./refs.js";
 import type { DocumentSnapshot, QuerySnapshot } from "./snapshot.js";
 import { SyncLoop, type BackoffOptions, type ConnectionState, type WebSocketConstructor } from "./sync.js";
 import { generateId, validate, type WireWrite } from "./writes.js";
 
-export { CollectionRef, DocumentRef, QueryRef, type Write } from "./refs.js";
+export { CollectionGroupRef, CollectionRef, DocumentRef, QueryRef, type Write } from "./refs.js";
 export type { CommitResult, WriteResult } from "../protocol.js";
 export { PENDING_WRITES_MAX } from "./mutationQueue.js";
 export { CACHE_DOCS_MAX } from "./documentCache.js";
@@ -142,6 +142,13 @@ export class Herald {
     return new CollectionRef(path);
   }
 
+  /** Every collection whose last path segment is `name`, at any depth. Its queries and
+   * listens run on the server only (no cache, no offline answers, local writes show once the
+   * server has them); each document's `path` (and its data's `_path`) is its full path. */
+  collectionGroup(name: string): CollectionGroupRef {
+    return new CollectionGroupRef(name);
+  }
+
   /** A document by path: `rooms/r1/messages/m1`. */
   doc(path: string): DocumentRef {
     const i = path.lastIndexOf("/");
@@ -150,7 +157,8 @@ export class Herald {
   }
 
   /** A query; throws QueryError at once if the filter, sort or projection is malformed. */
-  query(collection: CollectionRef | string, spec: QuerySpec = {}): QueryRef {
+  query(collection: CollectionRef | CollectionGroupRef | string, spec: QuerySpec = {}): QueryRef {
+    if (collection instanceof CollectionGroupRef) return new QueryRef("", spec, Query.parse(spec), collection.name);
     const path = typeof collection === "string" ? collection : collection.path;
     return new QueryRef(path, spec, Query.parse(spec));
   }
@@ -202,8 +210,8 @@ export class Herald {
   /** Reads a document (from the cache with pending writes when the server is unreachable). */
   get(ref: DocumentRef): Promise<DocumentSnapshot>;
   /** Runs a query once (locally from the cache when the server is unreachable). */
-  get(ref: QueryRef | CollectionRef): Promise<QuerySnapshot>;
-  async get(ref: DocumentRef | QueryRef | CollectionRef): Promise<DocumentSnapshot | QuerySnapshot> {
+  get(ref: QueryRef | CollectionRef | CollectionGroupRef): Promise<QuerySnapshot>;
+  async get(ref: DocumentRef | QueryRef | CollectionRef | CollectionGroupRef): Promise<DocumentSnapshot | QuerySnapshot> {
     await this.ready;
     if (ref instanceof DocumentRef) {
       try {
@@ -218,6 +226,13 @@ export class Herald {
       return this.listens.localDoc(ref.collection, ref.id, ref.path, false);
     }
     const q = ref instanceof QueryRef ? ref : this.query(ref);
+    if (q.group !== undefined) {
+      // Online only: the server's answer, no cache.
+      const body = { ...wireQuery(q), ...this.queue.minSeq() };
+      const r = decodeQueryResult(await this.http.request("POST", "/v1/query", body));
+      this.cache.noteSeq(r.seq);
+      return snapshot(groupView(q.parsed, r.docs).docs, [], { hasPendingWrites: false, fromCache: false }, r.seq);
+    }
     let fromCache = false;
     let seq = this.cache.seq;
     try {
@@ -250,8 +265,9 @@ export class Herald {
   }
 
   /** Runs a query on the server with its plan and work (`explain`); no cache, no local view. */
-  explain(ref: QueryRef | CollectionRef): Promise<Explained> {
+  explain(ref: QueryRef | CollectionRef | CollectionGroupRef): Promise<Explained> {
     const q = ref instanceof QueryRef ? ref : this.query(ref);
+    if (q.group !== undefined) return this.admin.explainGroup(q.group, { ...q.spec });
     return this.admin.explain(q.collection, { ...q.spec });
   }
 
@@ -333,7 +349,7 @@ export class Herald {
 
   /** Listens to a query or a document; returns the function that stops listening. */
   onSnapshot(
-    ref: QueryRef | CollectionRef,
+    ref: QueryRef | CollectionRef | CollectionGroupRef,
     next: (s: QuerySnapshot) => void,
     error?: (e: Error) => void,
     options?: ListenOptions,
@@ -345,7 +361,7 @@ export class Herald {
     options?: ListenOptions,
   ): () => void;
   onSnapshot(
-    ref: QueryRef | CollectionRef | DocumentRef,
+    ref: QueryRef | CollectionRef | CollectionGroupRef | DocumentRef,
     next: ((s: QuerySnapshot) => void) | ((s: DocumentSnapshot) => void),
     error?: (e: Error) => void,
     options: ListenOptions = {},

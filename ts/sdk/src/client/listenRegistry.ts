@@ -38,7 +38,11 @@ export type ListenQuery = Omit<SubscribeMessage, "op" | "sub" | "resumeFrom">;
 
 export interface Listen {
   readonly sub: string;
+  /** Empty for a collection-group listen (`group`). */
   readonly collection: string;
+  /** A collection-group listen: online only (its window is the server's, without the cache
+   * or pending writes); documents are known by `_path`. */
+  readonly group?: string;
   readonly query: Query;
   readonly wire: ListenQuery;
   /** The server's window as of `seq` (full documents); undefined before the first answer. */
@@ -94,7 +98,8 @@ export class ListenRegistry {
     if (l === undefined) {
       l = {
         sub: `s${this.nextSub++}`,
-        collection: wire.collection,
+        collection: wire.collection ?? "",
+        ...(wire.collectionGroup === undefined ? {} : { group: wire.collectionGroup }),
         query,
         wire,
         seq: 0,
@@ -137,7 +142,7 @@ export class ListenRegistry {
     l.live = true;
     l.resuming = false;
     this.cache.noteSeq(msg.seq);
-    this.cache.put(l.collection, msg.docs.map((d) => [String(d._id), d]));
+    if (l.group === undefined) this.cache.put(l.collection, msg.docs.map((d) => [String(d._id), d]));
     this.retire();
     this.emitAll(l);
   }
@@ -152,7 +157,7 @@ export class ListenRegistry {
       if (c.kind !== "remove" && c.newIndex >= 0) list.splice(c.newIndex, 0, c.doc);
       // A document that left the window may have been deleted or only moved out: forget it
       // rather than keep a possibly stale copy.
-      this.cache.set(l.collection, c.id, c.kind === "remove" ? undefined : c.doc);
+      if (l.group === undefined) this.cache.set(l.collection, c.id, c.kind === "remove" ? undefined : c.doc);
     }
     l.seq = msg.seq;
     l.live = true;
@@ -232,7 +237,8 @@ export class ListenRegistry {
 
   /** The documents a view shows now, in order, with the pending flag: over the server's
    * window `server` as of `seq`, or over the cache when `useCache`. */
-  view(l: { collection: string; query: Query; server?: Doc[]; seq: number }, useCache: boolean): View {
+  view(l: { collection: string; group?: string; query: Query; server?: Doc[]; seq: number }, useCache: boolean): View {
+    if (l.group !== undefined) return groupView(l.query, l.server ?? []);
     const touched = this.queue.touchedIds(l.collection, l.seq);
     const cache = this.cache.collection(l.collection);
     const cand = new Map<string, Doc>();
@@ -301,6 +307,21 @@ export class ListenRegistry {
       x.error?.(e as Error);
     }
   }
+}
+
+/** A collection-group window as the server sent it: each document known by its `_path`. */
+export function groupView(q: Query, server: Doc[]): View {
+  const docs = server.map((d): DocumentSnapshot => {
+    const data = (q.projection.isAll() ? d : q.projection.apply(d)) as Doc;
+    return {
+      id: String(d._id),
+      path: String(d._path),
+      exists: true,
+      data,
+      metadata: { hasPendingWrites: false, fromCache: false },
+    };
+  });
+  return { docs, pending: false };
 }
 
 export function snapshot(
