@@ -80,8 +80,8 @@ pub use mutations::{
     MUTATION_RETENTION_MS,
 };
 pub use names::{
-    check_collection, check_group, check_segment, generate_id, group_of, split_document_path, COLLECTION_PATH_BYTES_MAX,
-    SEGMENT_BYTES_MAX,
+    check_collection, check_group, check_segment, generate_id, group_of, split_document_path,
+    COLLECTION_PATH_BYTES_MAX, SEGMENT_BYTES_MAX,
 };
 pub use planner::{Alternative, Estimate, Explain, PlanDescription};
 pub use txn::{

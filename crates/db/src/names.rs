@@ -112,7 +112,9 @@ mod tests {
         assert!(check_collection("rooms//m").is_err());
         assert!(check_collection("a/../b").is_err());
         assert!(check_collection("a\u{1}").is_err());
-        let e = check_collection("rooms/*/messages").unwrap_err().to_string();
+        let e = check_collection("rooms/*/messages")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("collectionGroup"), "{e}");
         assert!(check_segment("m*", "document id").is_err());
         assert!(check_group("messages").is_ok());

@@ -205,9 +205,7 @@ impl TryFrom<RawClientMessage> for ClientMessage {
                         return Err("give 'collection' or 'collectionGroup', not both".into())
                     }
                     (None, None) => {
-                        return Err(
-                            "a subscription needs 'collection' or 'collectionGroup'".into()
-                        )
+                        return Err("a subscription needs 'collection' or 'collectionGroup'".into())
                     }
                     _ => r.collection.unwrap_or_default(),
                 },

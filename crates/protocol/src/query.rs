@@ -73,7 +73,10 @@ impl Decode for QueryBody {
 }
 
 /// Exactly one of `collection` and `collectionGroup` (`bad_query` otherwise).
-pub(crate) fn one_scope(collection: &str, group: &Option<String>) -> Result<(), crate::ProtocolError> {
+pub(crate) fn one_scope(
+    collection: &str,
+    group: &Option<String>,
+) -> Result<(), crate::ProtocolError> {
     match (collection.is_empty(), group) {
         (false, None) | (true, Some(_)) => Ok(()),
         (false, Some(_)) => Err(crate::ProtocolError::new(
@@ -87,7 +90,6 @@ pub(crate) fn one_scope(collection: &str, group: &Option<String>) -> Result<(), 
         )),
     }
 }
-
 
 impl QueryBody {
     /// The query members, for herald-query.

@@ -143,9 +143,7 @@ pub fn check_group_query(query: &Query) -> Result<(), DbError> {
             Expr::Const(_) => false,
         }
     }
-    if query.sort.keys().iter().any(|k| named(k.path.as_str()))
-        || in_filter(query.filter.expr())
-    {
+    if query.sort.keys().iter().any(|k| named(k.path.as_str())) || in_filter(query.filter.expr()) {
         return Err(DbError::Query(QueryError::BadQuery(
             "a collection-group query cannot filter or sort by '_path': it is each result's \
              full path, added to the documents, not a stored field"

@@ -161,7 +161,6 @@ pub fn execute_group(
             (false, plan_description(plan))
         }
         GroupPlan::Merge => {
-            drop(fetch);
             let colls = collections()?;
             let mut kinds: Vec<PlanDescription> = Vec::new();
             for coll in &colls {
@@ -177,8 +176,8 @@ pub fn execute_group(
                 if !kinds.contains(&d) {
                     kinds.push(d);
                 }
-                let docs = execute(read, coll, &cq, &chosen.plan, Budget(None), ex)?
-                    .expect("no budget");
+                let docs =
+                    execute(read, coll, &cq, &chosen.plan, Budget(None), ex)?.expect("no budget");
                 for doc in docs {
                     let id = doc
                         .get("_id")

@@ -20,8 +20,10 @@
 //! added to and removed from the grid only when nothing is in flight, so the seq a view starts
 //! at is exact for every cell.
 
+use crate::db::check_group_query;
 use crate::db::Db;
 use crate::error::DbError;
+use crate::exec::{group_query, Restrict};
 use crate::live::diff::ChangeEvent;
 use crate::live::feed::Commit;
 use crate::live::grid::{CellStatus, GridError, Inline, Matches, Matching};
@@ -29,8 +31,6 @@ use crate::live::matcher::ViewId;
 use crate::live::message::{Events, Gap, Message, ResetReason};
 use crate::live::scope::Scope;
 use crate::live::view::{DocChange, LiveView, SLACK_DEFAULT};
-use crate::db::check_group_query;
-use crate::exec::{group_query, Restrict};
 use crate::names::check_group;
 use herald_query::Query;
 use serde_json::Value;
@@ -188,7 +188,11 @@ impl LiveEngine {
         check_group_query(&req.query)?;
         let mut view_query = group_query(&req.query);
         view_query.projection = req.query.projection.clone();
-        let scope = Scope::group(group, std::mem::replace(&mut req.query, view_query), restrict);
+        let scope = Scope::group(
+            group,
+            std::mem::replace(&mut req.query, view_query),
+            restrict,
+        );
         req.collection = scope.key();
         self.push(Request::Subscribe(Box::new(req), scope))
     }
@@ -834,7 +838,12 @@ fn top_at_scope(
         let commits = db.commits_between(target, seq)?.into_commits()?;
         let delta: usize = commits
             .iter()
-            .map(|c| c.changes.iter().filter(|x| scope.holds(&x.collection)).count())
+            .map(|c| {
+                c.changes
+                    .iter()
+                    .filter(|x| scope.holds(&x.collection))
+                    .count()
+            })
             .sum();
         if let (Some(limit), true) = (n.map(|n| n + extra), delta > extra) {
             if docs.len() >= limit {

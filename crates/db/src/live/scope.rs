@@ -76,9 +76,7 @@ impl Scope {
         };
         let out = match self {
             Scope::Collection(c) => db.query(c, &window(query))?,
-            Scope::Group(g) => {
-                db.query_group(&g.name, &window(&g.query), g.restrict.as_deref())?
-            }
+            Scope::Group(g) => db.query_group(&g.name, &window(&g.query), g.restrict.as_deref())?,
         };
         Ok((out.docs, out.seq))
     }

@@ -115,7 +115,12 @@ fn single(ctx: PlanCtx<'_>, query: &Query, key: &SortKey, id_desc: bool) -> Opti
 }
 
 /// Ready composite indexes whose fields are equality-bound fields and then the sort fields.
-pub(super) fn composites(ctx: PlanCtx<'_>, query: &Query, sort: &[SortKey], id_desc: bool) -> Vec<Plan> {
+pub(super) fn composites(
+    ctx: PlanCtx<'_>,
+    query: &Query,
+    sort: &[SortKey],
+    id_desc: bool,
+) -> Vec<Plan> {
     let Some(cat) = ctx.cat else {
         return vec![];
     };

@@ -213,11 +213,7 @@ fn apply(db: &Db, store: &mut BTreeMap<(String, String), Value>, ops: &[Op]) {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    (
-        0..COLLS.len(),
-        0u8..6,
-        prop::option::weighted(0.85, body()),
-    )
+    (0..COLLS.len(), 0u8..6, prop::option::weighted(0.85, body()))
 }
 
 proptest! {
@@ -289,7 +285,13 @@ fn a_group_index_serves_the_newest_page_across_collections() {
         .unwrap();
     let merged = db.query_group("messages", &q, None).unwrap();
     assert!(
-        matches!(&merged.explain.plan, PlanDescription::GroupMerge { collections: 40, .. }),
+        matches!(
+            &merged.explain.plan,
+            PlanDescription::GroupMerge {
+                collections: 40,
+                ..
+            }
+        ),
         "{:?}",
         merged.explain
     );
@@ -312,8 +314,12 @@ fn a_group_index_serves_the_newest_page_across_collections() {
     assert!(out.explain.keys_examined <= 51, "{:?}", out.explain);
     assert_eq!(out.explain.docs_examined, 50);
     // A room created after the index: its documents are in the index at once.
-    db.commit(vec![put("x/new/messages", "z", json!({"author": "bob", "ts": 99_999}))])
-        .unwrap();
+    db.commit(vec![put(
+        "x/new/messages",
+        "z",
+        json!({"author": "bob", "ts": 99_999}),
+    )])
+    .unwrap();
     let out = db.query_group("messages", &q, None).unwrap();
     assert_eq!(out.docs[0]["_path"], json!("x/new/messages/z"));
 }
@@ -328,9 +334,7 @@ fn wildcards_are_refused_and_point_to_collection_groups() {
     let e = db.query("rooms/*/messages", &q).unwrap_err();
     assert_eq!(e.code(), "bad_path");
     assert!(e.to_string().contains("collectionGroup"), "{e}");
-    let e = db
-        .commit(vec![put("rooms", "r*", json!({}))])
-        .unwrap_err();
+    let e = db.commit(vec![put("rooms", "r*", json!({}))]).unwrap_err();
     assert_eq!(e.code(), "bad_path");
     assert_eq!(db.seq(), 0, "nothing changed");
     assert_eq!(
@@ -419,8 +423,12 @@ fn live_group_subscriptions_equal_the_pull_query_after_every_batch() {
             apply(&db, &mut store, &ops);
             // A collection of the group created after the subscriptions.
             if batch == 30 {
-                db.commit(vec![put("late/l1/messages", "d1", json!({"author": "bob", "n": 2, "ts": 5}))])
-                    .unwrap();
+                db.commit(vec![put(
+                    "late/l1/messages",
+                    "d1",
+                    json!({"author": "bob", "n": 2, "ts": 5}),
+                )])
+                .unwrap();
                 store.insert(
                     ("late/l1/messages".into(), "d1".into()),
                     json!({"_id": "d1", "author": "bob", "n": 2, "ts": 5}),
@@ -434,7 +442,10 @@ fn live_group_subscriptions_equal_the_pull_query_after_every_batch() {
                     false => reference(&q, &store, &|_, _| true),
                     true => reference(&q, &store, &rule_visible),
                 };
-                assert_eq!(list, want, "seed {seed} batch {batch} query {qv} restricted {restricted}");
+                assert_eq!(
+                    list, want,
+                    "seed {seed} batch {batch} query {qv} restricted {restricted}"
+                );
                 let pull = match restricted {
                     false => db.query_group("messages", &q, None).unwrap().docs,
                     true => {
@@ -454,7 +465,10 @@ fn live_group_subscriptions_equal_the_pull_query_after_every_batch() {
             .map(|c| c["id"].as_str().unwrap().to_string())
             .next()
             .unwrap();
-        assert!(id.ends_with("messages/d0") || id.contains("messages/d"), "{id}");
+        assert!(
+            id.ends_with("messages/d0") || id.contains("messages/d"),
+            "{id}"
+        );
         drop(msgs);
         engine.stop();
     }

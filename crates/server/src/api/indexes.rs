@@ -42,7 +42,10 @@ fn collection_param(params: &HashMap<String, String>) -> ApiResult<String> {
 
 /// `?collectionGroup=`: the request is about a collection group's indexes.
 fn group_param(params: &HashMap<String, String>) -> ApiResult<Option<String>> {
-    match (params.get("collectionGroup"), params.contains_key("collection")) {
+    match (
+        params.get("collectionGroup"),
+        params.contains_key("collection"),
+    ) {
         (Some(_), true) => Err(ApiError::new(
             ErrorCode::BadRequest,
             "give 'collection' or 'collectionGroup', not both",

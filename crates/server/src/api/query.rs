@@ -75,12 +75,21 @@ async fn query_group(
                 "explain needs an admin or service key",
             ))
         }
-        Some(user) => Some(UserRestrict::new(&st, user, parts.filter.clone(), q.clone())),
+        Some(user) => Some(UserRestrict::new(
+            &st,
+            user,
+            parts.filter.clone(),
+            q.clone(),
+        )),
         None => None,
     };
     let db = st.db.clone();
     let out = tokio::task::spawn_blocking(move || {
-        db.query_group(&group, &q, restrict.as_ref().map(|r| r as &dyn herald_db::Restrict))
+        db.query_group(
+            &group,
+            &q,
+            restrict.as_ref().map(|r| r as &dyn herald_db::Restrict),
+        )
     })
     .await
     .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))??;

@@ -2,8 +2,8 @@
 //! the changes of one write partition of a commit.
 
 use super::write_partition;
-use crate::live::feed::Commit;
 use crate::layout::scope_group;
+use crate::live::feed::Commit;
 use crate::live::matcher::{Matcher, ViewId};
 use crate::names::group_of;
 use herald_query::Filter;

@@ -11,8 +11,8 @@ use crate::api::live::session::{
 };
 use crate::api::live::ws_writes::{request_error, WsWrites};
 use crate::api::live::{
-    check_origin, error_msg, resumable, token_expired, HEARTBEAT, SLOW_CONSUMER,
-    SUBS_PER_CONN_MAX, WS_MESSAGE_BYTES_MAX,
+    check_origin, error_msg, resumable, token_expired, HEARTBEAT, SLOW_CONSUMER, SUBS_PER_CONN_MAX,
+    WS_MESSAGE_BYTES_MAX,
 };
 use crate::auth::Principal;
 use crate::state::AppState;

@@ -235,14 +235,24 @@ async fn an_end_user_sees_each_document_under_its_own_collections_rule() {
         paths(&init["docs"]),
         ["rooms/r2/messages/m4", "rooms/r1/messages/m2"]
     );
-    admin_put(&s, "dms/d1/messages/m8", json!({"author": "alice", "ts": 9})).await;
+    admin_put(
+        &s,
+        "dms/d1/messages/m8",
+        json!({"author": "alice", "ts": 9}),
+    )
+    .await;
     admin_put(
         &s,
         "rooms/r1/messages/m3",
         json!({"author": "bob", "ts": 3, "public": true}),
     )
     .await;
-    admin_put(&s, "rooms/r9/messages/m9", json!({"author": "alice", "ts": 8})).await;
+    admin_put(
+        &s,
+        "rooms/r9/messages/m9",
+        json!({"author": "alice", "ts": 8}),
+    )
+    .await;
     // The hidden dms write sends nothing; m3 turning public enters the window at 1.
     let m = next(&mut ws).await.unwrap();
     assert_eq!(m["type"], "changes", "{m}");
@@ -278,17 +288,12 @@ async fn an_end_user_sees_each_document_under_its_own_collections_rule() {
     )
     .await;
     let e = next(&mut ws).await;
-    assert!(
-        e.as_ref().is_none_or(|e| e["type"] == "error"),
-        "{e:?}"
-    );
+    assert!(e.as_ref().is_none_or(|e| e["type"] == "error"), "{e:?}");
 
     // SSE: the same visible window.
     let mut r = s
         .client
-        .get(s.url(
-            "/v1/subscribe?collectionGroup=messages&sort=%7B%22ts%22%3A-1%7D&limit=2",
-        ))
+        .get(s.url("/v1/subscribe?collectionGroup=messages&sort=%7B%22ts%22%3A-1%7D&limit=2"))
         .bearer_auth(token("alice", 60, json!({})))
         .send()
         .await
