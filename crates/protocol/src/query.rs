@@ -86,7 +86,7 @@ pub(crate) fn one_scope(
         )),
         (true, None) => Err(crate::ProtocolError::new(
             ErrorCode::BadQuery,
-            "a query needs 'collection' or 'collectionGroup'",
+            "a query needs 'collection' (a collection path) or 'collectionGroup' (a group name)",
         )),
     }
 }
