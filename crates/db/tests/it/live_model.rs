@@ -2,6 +2,7 @@
 //! arrays, nested fields; sort, skip, limit; tiny slack to force refills) and random commits
 //! (inserts, replacements, deletes, multi-document transactions). After every commit, the list
 //! a subscriber builds by applying the emitted events must equal the pull query at that seq.
+//! The same for collection-group views, whose documents repeat ids across collections.
 //! `HERALD_LIVE_MODEL_CASES` sets the number of scenarios (each runs 100 commits; the default 1000 scenarios are 100,000 commits).
 
 use herald_db::live::LiveView;

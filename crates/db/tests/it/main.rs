@@ -2,8 +2,9 @@
 //! and linking is most of an incremental test build): the database on a real store (`db.rs`),
 //! the live-query engine against it (`live_engine.rs`, and over the threaded matching grid in
 //! `live_grid.rs`), the live-query model test
-//! (`live_model.rs`), trigger queues (`triggers.rs`) and random fault schedules under all of
-//! them (`fault_schedules.rs`).
+//! (`live_model.rs`), collection groups (`groups.rs`: every plan against the reference, and
+//! live group subscriptions), the planner (`planner.rs`), trigger queues (`triggers.rs`) and
+//! random fault schedules under all of them (`fault_schedules.rs`).
 //!
 //! The modules' tests run in parallel threads of one process: nothing here may set environment
 //! variables or other process-wide state.
