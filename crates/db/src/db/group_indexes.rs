@@ -33,9 +33,11 @@ impl Db {
     ) -> Result<CompositeIndex, DbError> {
         check_group(group)?;
         check_segment(name, "index name")?;
-        if fields.len() < 2 || fields.len() > 8 {
+        // One field is allowed here: a group has no automatic single-field index, and
+        // `(ts desc)` alone serves "the newest N across the group".
+        if fields.is_empty() || fields.len() > 8 {
             return Err(DbError::BadIndex(
-                "a composite index has 2 to 8 fields".into(),
+                "a collection-group index has 1 to 8 fields".into(),
             ));
         }
         for (p, _) in &fields {

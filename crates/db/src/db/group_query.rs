@@ -89,10 +89,19 @@ impl Db {
             key_limit: cat.key_string_limit(),
             shapes: cat.shapes_tracked,
         };
-        let mut plans: Vec<GroupPlan> = group_candidates(ctx, query)
-            .into_iter()
-            .map(GroupPlan::Index)
-            .collect();
+        // No estimates across a group yet: prefer an ordered scan whose entries all match
+        // (`exact`), then the one with the most fields bound by equalities (the longest stream
+        // prefix), then ordered scans over ranges.
+        let mut index_plans = group_candidates(ctx, query);
+        index_plans.sort_by_key(|p| match p {
+            Plan::Ordered(o) => (
+                0,
+                !o.exact,
+                std::cmp::Reverse(o.streams.first().map_or(0, |s| s.strip)),
+            ),
+            _ => (1, true, std::cmp::Reverse(0)),
+        });
+        let mut plans: Vec<GroupPlan> = index_plans.into_iter().map(GroupPlan::Index).collect();
         plans.push(GroupPlan::Merge);
         plans
     }

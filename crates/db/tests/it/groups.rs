@@ -313,6 +313,31 @@ fn a_group_index_serves_the_newest_page_across_collections() {
     );
     assert!(out.explain.keys_examined <= 51, "{:?}", out.explain);
     assert_eq!(out.explain.docs_examined, 50);
+    // A one-field group index serves the newest page across the group with no filter.
+    group_index(&db, "ts", &[("ts", -1)]);
+    wait_ready(&db);
+    let newest = Query::parse(&json!({"sort": {"ts": -1}, "limit": 5})).unwrap();
+    let out = db.query_group("messages", &newest, None).unwrap();
+    let ts: Vec<i64> = out.docs.iter().map(|d| d["ts"].as_i64().unwrap()).collect();
+    assert_eq!(ts, [1999, 1998, 1997, 1996, 1995]);
+    assert!(
+        matches!(&out.explain.plan, PlanDescription::OrderedIndex { index, .. } if index == "g:ts"),
+        "{:?}",
+        out.explain
+    );
+    assert!(out.explain.keys_examined <= 6, "{:?}", out.explain);
+    // With both indexes, the one binding `author` serves the author's page, whatever their
+    // order in the catalog (dropped and declared again, it comes after `ts`).
+    db.drop_group_index("messages", "author_ts").unwrap();
+    group_index(&db, "author_ts", &[("author", 1), ("ts", -1)]);
+    wait_ready(&db);
+    let out = db.query_group("messages", &q, None).unwrap();
+    assert_eq!(out.docs, merged.docs);
+    assert!(
+        matches!(&out.explain.plan, PlanDescription::OrderedIndex { index, .. } if index == "g:author_ts"),
+        "{:?}",
+        out.explain
+    );
     // A room created after the index: its documents are in the index at once.
     db.commit(vec![put(
         "x/new/messages",
