@@ -155,7 +155,7 @@ proptest! {
 /// A collection-group view's document: `_id` repeats across the group's two collections, so
 /// the view knows it by `_path`.
 fn group_doc(i: u8, body: &Value) -> (String, Value) {
-    let coll = if i % 2 == 0 { "m" } else { "r/x/m" };
+    let coll = if i.is_multiple_of(2) { "m" } else { "r/x/m" };
     let id = format!("d{:02}", i / 2);
     let path = format!("{coll}/{id}");
     let mut d = with_id(&id, body);
