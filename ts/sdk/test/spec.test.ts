@@ -88,6 +88,34 @@ test("collection groups: a pull query and a listen across collections, documents
   await r.quiet();
 });
 
+test("collection groups offline: the cached group with local writes on top, then confirmed", async () => {
+  const { h, c } = await setup();
+  const g = `${c}g`;
+  await put(`rooms/r1/${g}`, "a", { n: 1 });
+  await put(`rooms/r2/${g}`, "b", { n: 2 });
+  const r = new Recorder();
+  h.onSnapshot(h.query(h.collectionGroup(g), { sort: { n: 1 } }), r.next, r.error, { includeMetadataChanges: true });
+  assert.deepEqual((await r.take()).docs, ["a", "b"]);
+  proxy.down();
+  let s = await r.take();
+  assert.deepEqual([s.docs, s.fromCache, s.pending], [["a", "b"], true, false]);
+  const w = h.set(h.doc(`rooms/r3/${g}/c`), { n: 0 });
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes, s.pending], [["c", "a", "b"], ["add c -1>0"], true]);
+  assert.equal(s.snap.docs[0].path, `rooms/r3/${g}/c`);
+  // A get while offline answers from the cache, pending write included.
+  const got = await h.get(h.query(h.collectionGroup(g), { sort: { n: 1 } }));
+  assert.deepEqual(
+    [got.docs.map((d) => d.path), got.metadata.fromCache],
+    [[`rooms/r3/${g}/c`, `rooms/r1/${g}/a`, `rooms/r2/${g}/b`], true],
+  );
+  proxy.up();
+  s = await r.until((x) => !x.fromCache && !x.pending);
+  assert.deepEqual(s.docs, ["c", "a", "b"]);
+  await w;
+  await r.quiet();
+});
+
 test("a local write shows at once with hasPendingWrites, then the server confirms it", async () => {
   const { h, c } = await setup();
   await put(c, "a", { n: 1 });

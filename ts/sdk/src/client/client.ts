@@ -24,7 +24,7 @@ import {
 import { CACHE_DOCS_MAX, DocumentCache } from "./documentCache.js";
 import { HeraldError } from "./errors.js";
 import { Http, type Fetch } from "./http.js";
-import { groupView, ListenRegistry, snapshot, type ListenLink, type Listener } from "./listenRegistry.js";
+import { ListenRegistry, snapshot, type ListenLink, type Listener } from "./listenRegistry.js";
 import { MutationQueue, PENDING_WRITES_MAX } from "./mutationQueue.js";
 import { MemoryPersistence, type Persistence } from "./persistence.js";
 import { CollectionGroupRef, CollectionRef, DocumentRef, QueryRef, toWire, wireQuery, type Write } from "./refs.js";
@@ -227,11 +227,26 @@ export class Herald {
     }
     const q = ref instanceof QueryRef ? ref : this.query(ref);
     if (q.group !== undefined) {
-      // Online only: the server's answer, no cache.
-      const body = { ...wireQuery(q), ...this.queue.minSeq() };
-      const r = decodeQueryResult(await this.http.request("POST", "/v1/query", body));
-      this.cache.noteSeq(r.seq);
-      return snapshot(groupView(q.parsed, r.docs).docs, [], { hasPendingWrites: false, fromCache: false }, r.seq);
+      // The server's answer (cached under each document's collection), or offline the
+      // cached documents of the group's collections; pending writes on top either way.
+      const g = { collection: "", group: q.group, query: q.parsed };
+      try {
+        const body = { ...wireQuery(q), ...this.queue.minSeq() };
+        const r = decodeQueryResult(await this.http.request("POST", "/v1/query", body));
+        for (const d of r.docs) {
+          const path = String(d._path);
+          const i = path.lastIndexOf("/");
+          const { _path: _p, ...stored } = d;
+          this.cache.put(path.slice(0, i), [[path.slice(i + 1), stored]]);
+        }
+        this.cache.noteSeq(r.seq);
+        const view = this.listens.view({ ...g, server: r.docs, seq: r.seq }, false);
+        return snapshot(view.docs, [], { hasPendingWrites: view.pending, fromCache: false }, r.seq);
+      } catch (e) {
+        if (!(e instanceof HeraldError && e.retryable)) throw e;
+      }
+      const view = this.listens.view({ ...g, seq: this.cache.seq }, true);
+      return snapshot(view.docs, [], { hasPendingWrites: view.pending, fromCache: true }, this.cache.seq);
     }
     let fromCache = false;
     let seq = this.cache.seq;
