@@ -67,6 +67,16 @@ enum ViaArg {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum ReaderArg {
+    /// No filter, sorted {ts: -1}, limit 1: as users write it.
+    Sorted,
+    /// A range on ts ({ts: {$gte: 0}}) with the sort.
+    Filtered,
+    /// Pull with POST /v1/aggregate [{$group: {_id: null, ts: {$max: "$ts"}}}].
+    Group,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum PartArg {
     /// Durable write throughput and ack latency: single node, 1 cluster node, 3 nodes.
     Writes,
@@ -288,6 +298,9 @@ enum Command {
         /// Period of the pull evaluator's query for the newest event time.
         #[arg(long, default_value_t = 100)]
         pull_ms: u64,
+        /// How the evaluators ask for the newest event time.
+        #[arg(long, value_enum, default_value = "sorted")]
+        reader: ReaderArg,
         /// Fields exempted from automatic indexing (comma-separated; empty: none).
         #[arg(long, value_delimiter = ',', default_value = "text")]
         exempt: Vec<String>,
@@ -690,6 +703,7 @@ fn main() {
             via,
             batch_ms,
             pull_ms,
+            reader,
             exempt,
             durability,
             cache_mib,
@@ -709,6 +723,11 @@ fn main() {
                 via: via_of(via),
                 batch_ms,
                 pull_ms,
+                reader: match reader {
+                    ReaderArg::Sorted => herald_bench::rockbench::Reader::Sorted,
+                    ReaderArg::Filtered => herald_bench::rockbench::Reader::Filtered,
+                    ReaderArg::Group => herald_bench::rockbench::Reader::Group,
+                },
                 exempt: exempt.into_iter().filter(|e| !e.is_empty()).collect(),
                 durability: durability_of(durability),
                 cache_mib,

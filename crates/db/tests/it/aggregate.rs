@@ -20,7 +20,12 @@ fn events(db: &Db, n: usize) {
     for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
         let writes: Vec<Write> = chunk
             .iter()
-            .map(|&i| put(&format!("e{i:06}"), json!({"ts": i, "kind": format!("k{}", i % 7)})))
+            .map(|&i| {
+                put(
+                    &format!("e{i:06}"),
+                    json!({"ts": i, "kind": format!("k{}", i % 7)}),
+                )
+            })
             .collect();
         db.commit(writes).unwrap();
     }
@@ -43,13 +48,18 @@ fn a_count_over_an_index_range_reads_no_document() {
         assert_eq!(out.stages_in_query, 2);
     }
     // Everything: the document records are counted, not decoded.
-    let out = db.aggregate("c", &pipeline(json!([{"$count": "n"}])), None).unwrap();
+    let out = db
+        .aggregate("c", &pipeline(json!([{"$count": "n"}])), None)
+        .unwrap();
     assert_eq!(out.docs, vec![json!({"n": 3000})]);
     assert_eq!(out.explain.plan, PlanDescription::CollectionScan);
     // Two predicates: not one range, so the documents are read (streamed).
     let spec = json!([{"$match": {"ts": {"$gte": 1000}, "kind": "k1"}}, {"$count": "n"}]);
     let out = db.aggregate("c", &pipeline(spec), None).unwrap();
-    assert_eq!(out.docs, vec![json!({"n": (1000..3000).filter(|i| i % 7 == 1).count()})]);
+    assert_eq!(
+        out.docs,
+        vec![json!({"n": (1000..3000).filter(|i| i % 7 == 1).count()})]
+    );
     assert!(out.explain.docs_examined > 0);
 }
 
@@ -60,14 +70,20 @@ fn max_and_min_of_an_indexed_field_read_one_entry() {
     let db = open(dir.path(), 128);
     events(&db, 3000);
     let out = db
-        .aggregate("c", &pipeline(json!([{"$group": {"_id": null, "m": {"$max": "$ts"}}}])), None)
+        .aggregate(
+            "c",
+            &pipeline(json!([{"$group": {"_id": null, "m": {"$max": "$ts"}}}])),
+            None,
+        )
         .unwrap();
     assert_eq!(out.docs, vec![json!({"_id": null, "m": 2999})]);
     assert!(out.explain.keys_examined <= 2, "{:?}", out.explain);
     let out = db
         .aggregate(
             "c",
-            &pipeline(json!([{"$match": {"kind": "k3"}}, {"$group": {"_id": 1, "m": {"$min": "$ts"}}}])),
+            &pipeline(
+                json!([{"$match": {"kind": "k3"}}, {"$group": {"_id": 1, "m": {"$min": "$ts"}}}]),
+            ),
             None,
         )
         .unwrap();
@@ -75,7 +91,11 @@ fn max_and_min_of_an_indexed_field_read_one_entry() {
     // An array along the path: sort keys are not values, so the documents are read.
     db.commit(vec![put("z", json!({"ts": [5000, 1]}))]).unwrap();
     let out = db
-        .aggregate("c", &pipeline(json!([{"$group": {"_id": null, "m": {"$max": "$ts"}}}])), None)
+        .aggregate(
+            "c",
+            &pipeline(json!([{"$group": {"_id": null, "m": {"$max": "$ts"}}}])),
+            None,
+        )
         .unwrap();
     assert_eq!(out.docs, vec![json!({"_id": null, "m": [5000, 1]})]);
     assert!(out.explain.docs_examined >= 3000, "{:?}", out.explain);
@@ -107,16 +127,27 @@ fn tail() -> impl Strategy<Value = Vec<Value>> {
     let path = prop::sample::select(vec!["t", "b", "a", "g", "a.k"]);
     prop_oneof![
         Just(vec![json!({"$count": "n"})]),
-        Just(vec![json!({"$group": {"_id": null, "n": {"$sum": 1}, "c": {"$count": {}}}})]),
+        Just(vec![
+            json!({"$group": {"_id": null, "n": {"$sum": 1}, "c": {"$count": {}}}})
+        ]),
         (path.clone(), any::<bool>()).prop_map(|(p, max)| {
             let op = if max { "$max" } else { "$min" };
             vec![json!({"$group": {"_id": "x", "m": { op: format!("${p}") }}})]
         }),
-        path.clone().prop_map(|p| vec![json!({"$group": {"_id": format!("${p}"), "n": {"$sum": 1},
-            "s": {"$sum": "$t"}, "f": {"$first": "$_id"}, "p": {"$push": "$b"}}})]),
-        path.prop_map(|p| vec![json!({"$unwind": format!("${p}")}), json!({"$project": {"_id": 0}}),
-            json!({"$group": {"_id": null, "n": {"$count": {}}, "hi": {"$max": "$t"}}})]),
-        Just(vec![json!({"$project": {"t": 1}}), json!({"$sort": {"t": -1}}), json!({"$limit": 3})]),
+        path.clone().prop_map(|p| vec![
+            json!({"$group": {"_id": format!("${p}"), "n": {"$sum": 1},
+            "s": {"$sum": "$t"}, "f": {"$first": "$_id"}, "p": {"$push": "$b"}}})
+        ]),
+        path.prop_map(|p| vec![
+            json!({"$unwind": format!("${p}")}),
+            json!({"$project": {"_id": 0}}),
+            json!({"$group": {"_id": null, "n": {"$count": {}}, "hi": {"$max": "$t"}}})
+        ]),
+        Just(vec![
+            json!({"$project": {"t": 1}}),
+            json!({"$sort": {"t": -1}}),
+            json!({"$limit": 3})
+        ]),
     ]
 }
 

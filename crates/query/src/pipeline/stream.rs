@@ -268,7 +268,11 @@ mod tests {
             json!([{"$project": {"k": 1}}, {"$group": {"_id": null, "m": {"$max": "$k"}}}]),
         ] {
             let p = Pipeline::parse(&spec).unwrap();
-            assert_eq!(streamed(spec.clone()), Some(p.run(docs()).unwrap()), "{spec}");
+            assert_eq!(
+                streamed(spec.clone()),
+                Some(p.run(docs()).unwrap()),
+                "{spec}"
+            );
         }
         // Nothing to stream into: the caller holds the input.
         assert!(streamed(json!([{"$match": {"k": 1}}, {"$sort": {"k": 1}}])).is_none());
@@ -286,25 +290,44 @@ mod tests {
             rows.is_some()
         };
         assert!(shape(json!([{"$count": "n"}])));
-        assert!(shape(json!([{"$group": {"_id": null, "n": {"$sum": 1}, "m": {"$count": {}}}}])));
-        assert!(shape(json!([{"$group": {"_id": {"a": 1}, "n": {"$sum": 1}}}, {"$project": {"n": 1}}])));
+        assert!(shape(
+            json!([{"$group": {"_id": null, "n": {"$sum": 1}, "m": {"$count": {}}}}])
+        ));
+        assert!(shape(
+            json!([{"$group": {"_id": {"a": 1}, "n": {"$sum": 1}}}, {"$project": {"n": 1}}])
+        ));
         assert!(!shape(json!([{"$group": {"_id": null, "n": {"$sum": 2}}}])));
         assert!(!shape(json!([{"$group": {"_id": "$k", "n": {"$sum": 1}}}])));
-        assert!(!shape(json!([{"$group": {"_id": null, "n": {"$sum": "$n"}}}])));
+        assert!(!shape(
+            json!([{"$group": {"_id": null, "n": {"$sum": "$n"}}}])
+        ));
         let p = Pipeline::parse(&json!([{"$count": "n"}])).unwrap();
-        assert_eq!(p.count_shape(0).unwrap().finish(0).unwrap(), Vec::<Value>::new());
+        assert_eq!(
+            p.count_shape(0).unwrap().finish(0).unwrap(),
+            Vec::<Value>::new()
+        );
         let p = Pipeline::parse(&json!([{"$group": {"_id": null, "n": {"$sum": 1}}}])).unwrap();
-        assert_eq!(p.count_shape(0).unwrap().finish(0).unwrap(), Vec::<Value>::new());
+        assert_eq!(
+            p.count_shape(0).unwrap().finish(0).unwrap(),
+            Vec::<Value>::new()
+        );
     }
 
     #[test]
     fn extreme_shapes() {
-        let p = Pipeline::parse(&json!([{"$group": {"_id": null, "m": {"$max": "$a.b"}}}])).unwrap();
+        let p =
+            Pipeline::parse(&json!([{"$group": {"_id": null, "m": {"$max": "$a.b"}}}])).unwrap();
         let e = p.extreme(0).unwrap();
         assert!(e.max);
         assert_eq!(e.path, "a.b");
-        assert_eq!(e.finish(true, Some(json!(3))).unwrap(), vec![json!({"_id": null, "m": 3})]);
-        assert_eq!(e.finish(true, None).unwrap(), vec![json!({"_id": null, "m": null})]);
+        assert_eq!(
+            e.finish(true, Some(json!(3))).unwrap(),
+            vec![json!({"_id": null, "m": 3})]
+        );
+        assert_eq!(
+            e.finish(true, None).unwrap(),
+            vec![json!({"_id": null, "m": null})]
+        );
         assert_eq!(e.finish(false, None).unwrap(), Vec::<Value>::new());
         for spec in [
             json!([{"$group": {"_id": "$k", "m": {"$max": "$a"}}}]),
@@ -312,7 +335,10 @@ mod tests {
             json!([{"$group": {"_id": null, "m": {"$max": "$a.0"}}}]),
             json!([{"$group": {"_id": null, "m": {"$first": "$a"}}}]),
         ] {
-            assert!(Pipeline::parse(&spec).unwrap().extreme(0).is_none(), "{spec}");
+            assert!(
+                Pipeline::parse(&spec).unwrap().extreme(0).is_none(),
+                "{spec}"
+            );
         }
     }
 }
