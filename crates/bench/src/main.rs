@@ -40,6 +40,8 @@ enum WorkloadArg {
     Regex,
     Suffix,
     Scan,
+    /// Live aggregations: a per-room count and sum per subscription.
+    Count,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -595,6 +597,7 @@ fn main() {
                         WorkloadArg::Regex => Workload::Regex,
                         WorkloadArg::Suffix => Workload::Suffix,
                         WorkloadArg::Scan => Workload::Scan,
+                        WorkloadArg::Count => Workload::Count,
                     })
                     .collect(),
                 queries,
