@@ -14,10 +14,9 @@
 //!   the value order, so `1` and `1.0` are one), first-seen order.
 //! - `$count`: the number of documents (`{"$count": {}}`, the same as `{"$sum": 1}`).
 //!
-//! Live aggregation (later) needs removal as well as addition. The state is shaped for it: sums
-//! keep an exact integer part and a count, so removing a document is a subtraction; min/max will
-//! keep an ordered multiset per group (`BTreeMap<key bytes, count>`) instead of the best value;
-//! `$first`/`$last`/`$push` need the group's documents in order. Only addition exists today.
+//! Live aggregation (`live.rs`) needs removal as well as addition, so it keeps its own state per
+//! group (exact integer sums and counts, an ordered multiset for min/max, the contributions in
+//! input order) and builds a [`NumSum`] from its parts to print a sum exactly as this path does.
 
 use super::expr::{bad, AggExpr};
 use super::size::approx_bytes;
@@ -137,6 +136,18 @@ pub struct NumSum {
 }
 
 impl NumSum {
+    /// A sum from its parts (the live state keeps them apart so removal is a subtraction):
+    /// `doubles` must be the doubles added in input order, summed from `0.0` one by one, as
+    /// [`add`](Self::add) does.
+    pub(super) fn of_parts(ints: i128, doubles: f64, n_doubles: u64, n: u64) -> NumSum {
+        NumSum {
+            ints,
+            doubles,
+            n_doubles,
+            n,
+        }
+    }
+
     fn add(&mut self, v: &Value) {
         if let Value::Number(n) = v {
             match Num::of(n) {
@@ -150,7 +161,7 @@ impl NumSum {
         }
     }
 
-    fn total(&self) -> Value {
+    pub(super) fn total(&self) -> Value {
         if self.n_doubles == 0 {
             if let Ok(i) = i64::try_from(self.ints) {
                 return Value::from(i);
@@ -159,7 +170,7 @@ impl NumSum {
         double(self.ints as f64 + self.doubles)
     }
 
-    fn mean(&self) -> Value {
+    pub(super) fn mean(&self) -> Value {
         match self.n {
             0 => Value::Null,
             n => double((self.ints as f64 + self.doubles) / n as f64),

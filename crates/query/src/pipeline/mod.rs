@@ -11,10 +11,14 @@
 //! [`Pipeline::head_query`] and runs the rest with [`Pipeline::run_from`]; [`Pipeline::run`] is the
 //! reference evaluation that every such path must agree with. Input order matters to
 //! `$first`/`$last`/`$push`: the input is the head query's result, ordered by `_id` unless sorted.
+//!
+//! `live.rs` maintains a pipeline's result incrementally from document changes ([`LivePipeline`],
+//! [`LiveAgg`]) for live aggregations; it must always equal [`Pipeline::run`].
 
 mod accum;
 mod expr;
 mod group;
+mod live;
 mod project;
 mod size;
 mod unwind;
@@ -22,6 +26,7 @@ mod unwind;
 pub use accum::{AccOp, AccState, Accumulator, NumSum};
 pub use expr::{field_path, AggExpr};
 pub use group::Group;
+pub use live::{row_id, LiveAgg, LivePipeline};
 pub use project::Project;
 pub use unwind::Unwind;
 

@@ -1,0 +1,548 @@
+//! Live aggregation: a pipeline's result maintained incrementally from document changes (the
+//! before- and after-image of each), pure and without IO.
+//!
+//! [`LivePipeline::new`] accepts the shape that can be maintained and refuses any other by stage
+//! name with `unsupported_live`:
+//!
+//! ```text
+//! [$match] [$sort]  ($match | $project | $unwind)*  ($group | $count)  post*
+//! post = $match | $project (keeping _id) | $sort | $skip | $limit | $count
+//! ```
+//!
+//! The head (`$match`, `$sort`) is the query whose result is the pipeline's input, as for a pull
+//! aggregation ([`Pipeline::head_query`]); the caller may AND a read rule into its filter. Each
+//! input document maps through the per-document stages to 0..n rows, so a change removes the
+//! before-image's rows and adds the after-image's. [`LiveAgg`] keeps, per group:
+//! - the rows in input order (`BTreeMap` keyed by the head sort key, which ends in `_id`, and
+//!   the row's index among its document's rows), each with its group key as written and the
+//!   values the order-dependent accumulators need;
+//! - `$sum`/`$count`/`$avg`: an exact integer sum and counts, O(1) per row added or removed;
+//!   doubles are kept per row, because a double sum depends on the order of its terms and the
+//!   pull path adds them in input order: a group's double terms are re-added in that order when
+//!   it is output (integer-only sums never are);
+//! - `$min`/`$max`: an ordered multiset of the values (key bytes -> rows), O(log n);
+//! - `$first`/`$last`: the first/last row, O(log n); `$push`/`$addToSet`: rebuilt from the rows
+//!   in order when the group changes (O(group), bounded by their own limits).
+//!
+//! A group's output `_id` is its first row's key, as the pull path keeps the first-seen key;
+//! a group with no rows left disappears. The groups come out in key order, as `$group` emits
+//! them, and the post-group stages run over the finished group rows with the pull path's own
+//! stage code (the groups themselves are only rebuilt when a change touched them).
+//!
+//! Limits are the pull path's: `GROUPS_MAX` groups, the `$push`/`$addToSet` limits, and
+//! `BLOCKING_STAGE_BYTES_MAX` over the rows held, each with `limit_exceeded`.
+//!
+//! Reference: the result always equals [`Pipeline::run`] over the head query's result
+//! (`crates/db/tests/it/live_agg_model.rs` checks it after every commit).
+
+use super::accum::{AccOp, NumSum};
+use super::group::Group;
+use super::size::approx_bytes;
+use super::{run_stage, AggExpr, Pipeline, Stage};
+use crate::error::QueryError;
+use crate::limits::{BLOCKING_STAGE_BYTES_MAX, GROUPS_MAX};
+use crate::query::Query;
+use herald_value::{encode_key, key_of, Map, Num, Value};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Bytes counted per held row beyond its key and values.
+const ROW_BYTES: usize = 64;
+
+/// A pipeline accepted for live maintenance, split into its parts.
+#[derive(Debug, Clone)]
+pub struct LivePipeline {
+    pipeline: Pipeline,
+    /// The head query (filter and sort; no skip or limit).
+    head: Query,
+    /// The per-document stages: `pipeline.stages()[pre.0..pre.1]`.
+    pre: (usize, usize),
+    group: Group,
+    /// `$count` in place of the `$group`: its field name.
+    count_as: Option<String>,
+    /// The first post-group stage.
+    post: usize,
+}
+
+fn unsupported(i: usize, stage: &str, why: &str) -> QueryError {
+    QueryError::UnsupportedLive {
+        stage: format!("pipeline.{i}.{stage}"),
+        reason: why.to_string(),
+    }
+}
+
+impl LivePipeline {
+    /// Checks that `pipeline` can be maintained live (see the module doc for the shape).
+    pub fn new(pipeline: Pipeline) -> Result<LivePipeline, QueryError> {
+        let (head, covered) = pipeline.head_query(usize::MAX);
+        let stages = pipeline.stages();
+        if let Some((i, s)) = stages[..covered]
+            .iter()
+            .enumerate()
+            .find(|(_, s)| matches!(s, Stage::Skip(_) | Stage::Limit(_)))
+        {
+            return Err(unsupported(
+                i,
+                s.name(),
+                "a $skip or $limit before $group picks the input by position, which every \
+                 change would shift; put it after the $group",
+            ));
+        }
+        let mut i = covered;
+        let (group, count_as) = loop {
+            let Some(s) = stages.get(i) else {
+                return Err(QueryError::UnsupportedLive {
+                    stage: "pipeline".into(),
+                    reason: "a live pipeline needs a $group or $count (without one it is a \
+                             query: subscribe with filter/sort/projection instead)"
+                        .into(),
+                });
+            };
+            match s {
+                Stage::Match(_) | Stage::Project(_) | Stage::Unwind(_) => {}
+                Stage::Group(g) => break (g.clone(), None),
+                Stage::Count(name) => {
+                    let g = Group {
+                        id: AggExpr::Literal(Value::Null),
+                        accumulators: Vec::new(),
+                    };
+                    break (g, Some(name.clone()));
+                }
+                Stage::Sort(_) => {
+                    return Err(unsupported(
+                        i,
+                        "$sort",
+                        "before $group a $sort is maintained live only right after the \
+                         leading $match (it orders the input of $first/$last/$push)",
+                    ))
+                }
+                Stage::Skip(_) | Stage::Limit(_) => {
+                    return Err(unsupported(
+                        i,
+                        s.name(),
+                        "a $skip or $limit before $group picks the input by position, which \
+                         every change would shift; put it after the $group",
+                    ))
+                }
+            }
+            i += 1;
+        };
+        let post = i + 1;
+        // After a $count there is at most one row, so nothing after it can make two rows share
+        // an id.
+        let mut single = count_as.is_some();
+        for (j, s) in stages.iter().enumerate().skip(post) {
+            match s {
+                Stage::Match(_) | Stage::Sort(_) | Stage::Skip(_) | Stage::Limit(_) => {}
+                Stage::Count(_) => single = true,
+                Stage::Project(p) if !single && !keeps_id(p) => {
+                    return Err(unsupported(
+                        j,
+                        "$project",
+                        "after $group a $project must keep _id as it is: the group's _id \
+                         identifies its row in the live result",
+                    ))
+                }
+                Stage::Project(_) => {}
+                Stage::Group(_) | Stage::Unwind(_) if !single => {
+                    return Err(unsupported(
+                        j,
+                        s.name(),
+                        "only one $group is maintained live, and an $unwind after it would \
+                         give rows that share a group's _id",
+                    ))
+                }
+                Stage::Group(_) | Stage::Unwind(_) => {
+                    return Err(unsupported(
+                        j,
+                        s.name(),
+                        "only $match, $project, $sort, $skip, $limit and $count are \
+                         maintained live after $group/$count",
+                    ))
+                }
+            }
+        }
+        Ok(LivePipeline {
+            head,
+            pre: (covered, i),
+            group,
+            count_as,
+            post,
+            pipeline,
+        })
+    }
+
+    /// The query whose result is the pipeline's input (filter and sort).
+    pub fn head(&self) -> &Query {
+        &self.head
+    }
+
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// The rows one input document gives the `$group`.
+    fn rows_of(&self, doc: &Value) -> Result<Vec<Value>, QueryError> {
+        let mut rows = vec![doc.clone()];
+        for s in &self.pipeline.stages()[self.pre.0..self.pre.1] {
+            rows = run_stage(s, rows)?;
+            if rows.is_empty() {
+                break;
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// Whether a `$project` gives every row the `_id` it had.
+fn keeps_id(p: &super::Project) -> bool {
+    let probe = Value::String("\u{1}live-probe".into());
+    let mut m = Map::new();
+    m.insert("_id".into(), probe.clone());
+    p.apply(&Value::Object(m)).get("_id") == Some(&probe)
+}
+
+/// One held row: its group key as written and the values of the accumulators that need them
+/// (`None` for the others and for missing).
+#[derive(Debug)]
+struct Row {
+    key: Value,
+    vals: Vec<Option<Value>>,
+    bytes: usize,
+}
+
+/// One accumulator's running state in one group.
+#[derive(Debug)]
+enum Acc {
+    /// `$sum`/`$count`/`$avg`: exact integers, the doubles by row (input order), counts.
+    Sum {
+        ints: i128,
+        n: u64,
+        doubles: BTreeMap<Vec<u8>, f64>,
+    },
+    /// `$min`/`$max`: value key -> the rows holding an equal value.
+    Ordered(BTreeMap<Vec<u8>, BTreeSet<Vec<u8>>>),
+    /// `$first`/`$last`/`$push`/`$addToSet`: read from the rows.
+    InOrder,
+}
+
+#[derive(Debug, Default)]
+struct GroupState {
+    rows: BTreeMap<Vec<u8>, Row>,
+    accs: Vec<Acc>,
+}
+
+/// The maintained result of a [`LivePipeline`].
+#[derive(Debug)]
+pub struct LiveAgg {
+    plan: Arc<LivePipeline>,
+    head: Query,
+    groups: BTreeMap<Vec<u8>, GroupState>,
+    /// Documents matching the head query.
+    docs: usize,
+    /// Estimated bytes of the rows held.
+    bytes: usize,
+    /// Groups changed since their output was last built.
+    dirty: BTreeSet<Vec<u8>>,
+    /// Each group's output document (before the post-group stages), in key order.
+    out: BTreeMap<Vec<u8>, Arc<Value>>,
+}
+
+impl LiveAgg {
+    /// An empty state; `head` is the plan's head query, maybe with a read rule ANDed into its
+    /// filter (its sort must be the plan's).
+    pub fn new(plan: Arc<LivePipeline>, head: Query) -> LiveAgg {
+        LiveAgg {
+            plan,
+            head,
+            groups: BTreeMap::new(),
+            docs: 0,
+            bytes: 0,
+            dirty: BTreeSet::new(),
+            out: BTreeMap::new(),
+        }
+    }
+
+    /// The number of documents matching the head query (the pipeline's input).
+    pub fn docs(&self) -> usize {
+        self.docs
+    }
+
+    /// Applies one document change. Either image that does not match the head filter is
+    /// ignored, so callers may pass every change to the collection.
+    pub fn apply(&mut self, before: Option<&Value>, after: Option<&Value>) -> Result<(), QueryError> {
+        if let Some(b) = before.filter(|b| self.head.filter.matches(b)) {
+            self.remove(b)?;
+        }
+        if let Some(a) = after.filter(|a| self.head.filter.matches(a)) {
+            self.add(a)?;
+        }
+        Ok(())
+    }
+
+    /// Adds a document of the head query's result.
+    pub fn add(&mut self, doc: &Value) -> Result<(), QueryError> {
+        let order = self.head.sort.encoded_key(doc);
+        let plan = Arc::clone(&self.plan);
+        for (i, row) in plan.rows_of(doc)?.iter().enumerate() {
+            self.add_row(&plan.group, row_key(&order, i), row)?;
+        }
+        self.docs += 1;
+        Ok(())
+    }
+
+    /// Removes a document added before (the same image).
+    pub fn remove(&mut self, doc: &Value) -> Result<(), QueryError> {
+        let order = self.head.sort.encoded_key(doc);
+        let plan = Arc::clone(&self.plan);
+        for (i, row) in plan.rows_of(doc)?.iter().enumerate() {
+            self.remove_row(&plan.group, &row_key(&order, i), row);
+        }
+        self.docs = self.docs.saturating_sub(1);
+        Ok(())
+    }
+
+    fn add_row(&mut self, group: &Group, rk: Vec<u8>, row: &Value) -> Result<(), QueryError> {
+        let (k, key) = group_key(group, row);
+        if !self.groups.contains_key(&k) && self.groups.len() >= GROUPS_MAX {
+            return Err(QueryError::LimitExceeded(format!(
+                "$group would hold more than GROUPS_MAX ({GROUPS_MAX}) groups"
+            )));
+        }
+        let g = self.groups.entry(k.clone()).or_insert_with(|| GroupState {
+            rows: BTreeMap::new(),
+            accs: group.accumulators.iter().map(|a| new_acc(a.op)).collect(),
+        });
+        let mut vals = Vec::with_capacity(group.accumulators.len());
+        for (acc, st) in group.accumulators.iter().zip(&mut g.accs) {
+            let v = acc.expr.eval_ref(row);
+            match st {
+                Acc::Sum { ints, n, doubles } => {
+                    if let Some(Value::Number(x)) = v.as_deref() {
+                        match Num::of(x) {
+                            Num::F(f) => {
+                                doubles.insert(rk.clone(), f);
+                            }
+                            other => *ints += other.as_i128().unwrap_or(0),
+                        }
+                        *n += 1;
+                    }
+                    vals.push(None);
+                }
+                Acc::Ordered(set) => {
+                    match v.as_deref() {
+                        None | Some(Value::Null) => vals.push(None),
+                        Some(x) => {
+                            set.entry(key_of(x)).or_default().insert(rk.clone());
+                            vals.push(v.map(Cow::into_owned));
+                        }
+                    }
+                }
+                Acc::InOrder => vals.push(v.map(Cow::into_owned)),
+            }
+        }
+        let bytes = ROW_BYTES
+            + rk.len()
+            + approx_bytes(&key)
+            + vals.iter().flatten().map(approx_bytes).sum::<usize>();
+        g.rows.insert(rk, Row { key, vals, bytes });
+        self.bytes += bytes;
+        self.dirty.insert(k);
+        if self.bytes > BLOCKING_STAGE_BYTES_MAX {
+            return Err(QueryError::LimitExceeded(format!(
+                "the live $group would hold more than BLOCKING_STAGE_BYTES_MAX \
+                 ({BLOCKING_STAGE_BYTES_MAX}) bytes"
+            )));
+        }
+        Ok(())
+    }
+
+    fn remove_row(&mut self, group: &Group, rk: &[u8], row: &Value) {
+        let (k, _) = group_key(group, row);
+        let Some(g) = self.groups.get_mut(&k) else {
+            debug_assert!(false, "removing a row of an unknown group");
+            return;
+        };
+        let Some(held) = g.rows.remove(rk) else {
+            debug_assert!(false, "removing an unknown row");
+            return;
+        };
+        self.bytes = self.bytes.saturating_sub(held.bytes);
+        for (acc, st) in group.accumulators.iter().zip(&mut g.accs) {
+            match st {
+                Acc::Sum { ints, n, doubles } => {
+                    if let Some(Value::Number(x)) = acc.expr.eval_ref(row).as_deref() {
+                        match Num::of(x) {
+                            Num::F(_) => {
+                                doubles.remove(rk);
+                            }
+                            other => *ints -= other.as_i128().unwrap_or(0),
+                        }
+                        *n -= 1;
+                    }
+                }
+                Acc::Ordered(set) => {
+                    if let Some(x) = acc.expr.eval_ref(row).filter(|x| !x.is_null()) {
+                        let vk = key_of(&x);
+                        if let Some(rows) = set.get_mut(&vk) {
+                            rows.remove(rk);
+                            if rows.is_empty() {
+                                set.remove(&vk);
+                            }
+                        }
+                    }
+                }
+                Acc::InOrder => {}
+            }
+        }
+        self.dirty.insert(k);
+    }
+
+    /// Rebuilds the output of the groups changed since the last call; returns the `_id`s of
+    /// the groups whose output changed or disappeared.
+    fn finish_dirty(&mut self) -> Result<Vec<Value>, QueryError> {
+        let plan = Arc::clone(&self.plan);
+        let mut changed = Vec::new();
+        for k in std::mem::take(&mut self.dirty) {
+            let old = self.out.remove(&k);
+            match self.groups.get(&k) {
+                Some(g) if !g.rows.is_empty() => {
+                    let doc = Arc::new(finish_group(&plan.group, g)?);
+                    if old.as_deref() != Some(&doc) {
+                        changed.push(doc.get("_id").cloned().unwrap_or(Value::Null));
+                    }
+                    self.out.insert(k, doc);
+                }
+                _ => {
+                    self.groups.remove(&k);
+                    if let Some(o) = old {
+                        changed.push(o.get("_id").cloned().unwrap_or(Value::Null));
+                    }
+                }
+            }
+        }
+        Ok(changed)
+    }
+
+    /// The pipeline's result now, and the event ids ([`row_id`]) of the rows of the groups
+    /// changed since the last call.
+    pub fn result(&mut self) -> Result<(Vec<Arc<Value>>, Vec<String>), QueryError> {
+        let changed = self.finish_dirty()?;
+        let plan = &self.plan;
+        let mut ids: Vec<String> = changed.iter().map(id_of).collect();
+        let rows: Vec<Arc<Value>> = match &plan.count_as {
+            Some(name) => {
+                let n: usize = self.groups.values().map(|g| g.rows.len()).sum();
+                if n == 0 {
+                    Vec::new()
+                } else {
+                    let mut m = Map::new();
+                    m.insert(name.clone(), Value::from(n));
+                    ids = vec![String::new()];
+                    vec![Arc::new(Value::Object(m))]
+                }
+            }
+            None => self.out.values().cloned().collect(),
+        };
+        if plan.post >= plan.pipeline.stages().len() {
+            return Ok((rows, ids));
+        }
+        let docs: Vec<Value> = rows.iter().map(|d| (**d).clone()).collect();
+        let out = plan.pipeline.run_from(plan.post, docs)?;
+        Ok((out.into_iter().map(Arc::new).collect(), ids))
+    }
+}
+
+/// A row's place in the input order: the head sort key (which ends in `_id`), then its index
+/// among its document's rows.
+fn row_key(order: &[u8], i: usize) -> Vec<u8> {
+    let mut k = Vec::with_capacity(order.len() + 4);
+    k.extend_from_slice(order);
+    k.extend_from_slice(&(i as u32).to_be_bytes());
+    k
+}
+
+fn group_key(group: &Group, row: &Value) -> (Vec<u8>, Value) {
+    let key = group.id.eval_ref(row);
+    let mut k = Vec::with_capacity(32);
+    encode_key(key.as_deref().unwrap_or(&Value::Null), &mut k);
+    (k, key.map_or(Value::Null, Cow::into_owned))
+}
+
+fn new_acc(op: AccOp) -> Acc {
+    match op {
+        AccOp::Sum | AccOp::Avg | AccOp::Count => Acc::Sum {
+            ints: 0,
+            n: 0,
+            doubles: BTreeMap::new(),
+        },
+        AccOp::Min | AccOp::Max => Acc::Ordered(BTreeMap::new()),
+        AccOp::First | AccOp::Last | AccOp::Push | AccOp::AddToSet => Acc::InOrder,
+    }
+}
+
+/// A group's output document, as `$group` builds it.
+fn finish_group(group: &Group, g: &GroupState) -> Result<Value, QueryError> {
+    let (_, first) = g.rows.first_key_value().expect("a group with rows");
+    let mut out = Map::with_capacity(group.accumulators.len() + 1);
+    out.insert("_id".into(), first.key.clone());
+    for (i, (acc, st)) in group.accumulators.iter().zip(&g.accs).enumerate() {
+        let v = match st {
+            Acc::Sum { ints, n, doubles } => {
+                // The doubles in input order, added one by one as the pull path does.
+                let d = doubles.values().fold(0.0, |s, f| s + f);
+                let sum = NumSum::of_parts(*ints, d, doubles.len() as u64, *n);
+                if acc.op == AccOp::Avg {
+                    sum.mean()
+                } else {
+                    sum.total()
+                }
+            }
+            Acc::Ordered(set) => {
+                // Among equal values the pull path keeps the first seen.
+                let best = if acc.op == AccOp::Min {
+                    set.first_key_value()
+                } else {
+                    set.last_key_value()
+                };
+                best.and_then(|(_, rows)| rows.first())
+                    .and_then(|rk| g.rows.get(rk))
+                    .and_then(|r| r.vals[i].clone())
+                    .unwrap_or(Value::Null)
+            }
+            Acc::InOrder => match acc.op {
+                AccOp::First => first.vals[i].clone().unwrap_or(Value::Null),
+                AccOp::Last => g
+                    .rows
+                    .last_key_value()
+                    .and_then(|(_, r)| r.vals[i].clone())
+                    .unwrap_or(Value::Null),
+                _ => {
+                    let mut st = acc.state();
+                    for r in g.rows.values() {
+                        st.add(r.vals[i].as_ref().map(Cow::Borrowed))?;
+                    }
+                    st.finish()
+                }
+            },
+        };
+        out.insert(acc.name.clone(), v);
+    }
+    Ok(Value::Object(out))
+}
+
+fn id_of(id: &Value) -> String {
+    id.to_string()
+}
+
+/// The event id of a live pipeline row: its `_id` as compact JSON text (`"r1"` is `"\"r1\""`,
+/// a compound key `{"a":1}`, `null` is `null`), and the empty string for a row without `_id`
+/// (what `$count` gives: at most one row). Distinct groups have distinct ids.
+pub fn row_id(row: &Value) -> String {
+    row.get("_id").map_or_else(String::new, id_of)
+}
+
+#[cfg(test)]
+#[path = "live_tests.rs"]
+mod tests;
