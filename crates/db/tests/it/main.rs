@@ -2,7 +2,7 @@
 //! and linking is most of an incremental test build): the database on a real store (`db.rs`),
 //! the live-query engine against it (`live_engine.rs`, and over the threaded matching grid in
 //! `live_grid.rs`), the live-query model test
-//! (`live_model.rs`), trigger queues (`triggers.rs`) and random fault schedules under all of
+//! (`live_model.rs`), live aggregations against the pull pipeline (`live_agg_model.rs`), trigger queues (`triggers.rs`) and random fault schedules under all of
 //! them (`fault_schedules.rs`).
 //!
 //! The modules' tests run in parallel threads of one process: nothing here may set environment
@@ -10,6 +10,7 @@
 
 mod db;
 mod fault_schedules;
+mod live_agg_model;
 mod live_engine;
 mod live_grid;
 mod live_model;
