@@ -22,12 +22,12 @@
 
 use crate::db::Db;
 use crate::error::DbError;
+use crate::live::agg::{AggView, Maintained};
 use crate::live::diff::ChangeEvent;
 use crate::live::feed::Commit;
 use crate::live::grid::{CellStatus, GridError, Inline, Matches, Matching};
 use crate::live::matcher::ViewId;
 use crate::live::message::{Events, Gap, Message, ResetReason};
-use crate::live::agg::{AggView, Maintained};
 use crate::live::view::{DocChange, LiveView, SLACK_DEFAULT};
 use herald_query::pipeline::LivePipeline;
 use herald_query::{Projection, Query};
@@ -64,8 +64,13 @@ pub struct SubscribeRequest {
 enum Request {
     /// With a pipeline: a live aggregation whose head query is the request's query.
     Subscribe(Box<SubscribeRequest>, Option<Arc<LivePipeline>>),
-    Unsubscribe { conn: u64, sub: String },
-    Disconnect { conn: u64 },
+    Unsubscribe {
+        conn: u64,
+        sub: String,
+    },
+    Disconnect {
+        conn: u64,
+    },
 }
 
 struct Subscriber {

@@ -67,8 +67,16 @@ fn pipeline(rng: &mut StdRng) -> Value {
         let mut g = serde_json::Map::new();
         g.insert(
             "_id".into(),
-            pick(rng, &[json!("$k"), json!({"k": "$k", "j": "$j"}), json!(null), json!("$j")])
-                .clone(),
+            pick(
+                rng,
+                &[
+                    json!("$k"),
+                    json!({"k": "$k", "j": "$j"}),
+                    json!(null),
+                    json!("$j"),
+                ],
+            )
+            .clone(),
         );
         for (name, spec) in &accs {
             if rng.gen_bool(0.4) {
@@ -230,9 +238,18 @@ fn live_aggregations_equal_the_pull_pipeline_after_every_commit() {
                 .map(|_| {
                     let id = format!("d{}", rng.gen_range(0..10));
                     if rng.gen_bool(0.25) {
-                        Write::Delete { collection: "c".into(), id, if_version: None }
+                        Write::Delete {
+                            collection: "c".into(),
+                            id,
+                            if_version: None,
+                        }
                     } else {
-                        Write::Put { collection: "c".into(), id, doc: doc(&mut rng), if_version: None }
+                        Write::Put {
+                            collection: "c".into(),
+                            id,
+                            doc: doc(&mut rng),
+                            if_version: None,
+                        }
                     }
                 })
                 .collect();

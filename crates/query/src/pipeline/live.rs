@@ -271,7 +271,11 @@ impl LiveAgg {
 
     /// Applies one document change. Either image that does not match the head filter is
     /// ignored, so callers may pass every change to the collection.
-    pub fn apply(&mut self, before: Option<&Value>, after: Option<&Value>) -> Result<(), QueryError> {
+    pub fn apply(
+        &mut self,
+        before: Option<&Value>,
+        after: Option<&Value>,
+    ) -> Result<(), QueryError> {
         if let Some(b) = before.filter(|b| self.head.filter.matches(b)) {
             self.remove(b)?;
         }
@@ -330,15 +334,13 @@ impl LiveAgg {
                     }
                     vals.push(None);
                 }
-                Acc::Ordered(set) => {
-                    match v.as_deref() {
-                        None | Some(Value::Null) => vals.push(None),
-                        Some(x) => {
-                            set.entry(key_of(x)).or_default().insert(rk.clone());
-                            vals.push(v.map(Cow::into_owned));
-                        }
+                Acc::Ordered(set) => match v.as_deref() {
+                    None | Some(Value::Null) => vals.push(None),
+                    Some(x) => {
+                        set.entry(key_of(x)).or_default().insert(rk.clone());
+                        vals.push(v.map(Cow::into_owned));
                     }
-                }
+                },
                 Acc::InOrder => vals.push(v.map(Cow::into_owned)),
             }
         }

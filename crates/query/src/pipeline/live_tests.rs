@@ -147,21 +147,33 @@ fn unsupported_shapes_are_refused_by_stage_and_reason() {
         e.to_string()
     };
     assert!(refused(json!([{"$match": {}}])).contains("needs a $group or $count"));
-    assert!(refused(json!([{"$limit": 5}, {"$group": {"_id": null}}])).contains("pipeline.0.$limit"));
-    assert!(refused(json!([{"$project": {"a": 1}}, {"$sort": {"a": 1}}, {"$group": {"_id": null}}]))
-        .contains("pipeline.1.$sort"));
-    assert!(refused(json!([{"$group": {"_id": "$a"}}, {"$group": {"_id": null}}]))
-        .contains("pipeline.1.$group"));
+    assert!(
+        refused(json!([{"$limit": 5}, {"$group": {"_id": null}}])).contains("pipeline.0.$limit")
+    );
+    assert!(refused(
+        json!([{"$project": {"a": 1}}, {"$sort": {"a": 1}}, {"$group": {"_id": null}}])
+    )
+    .contains("pipeline.1.$sort"));
+    assert!(
+        refused(json!([{"$group": {"_id": "$a"}}, {"$group": {"_id": null}}]))
+            .contains("pipeline.1.$group")
+    );
     assert!(refused(json!([{"$group": {"_id": "$a"}}, {"$unwind": "$x"}])).contains("$unwind"));
-    assert!(refused(json!([{"$group": {"_id": "$a"}}, {"$project": {"_id": 0}}]))
-        .contains("keep _id"));
-    assert!(refused(json!([{"$group": {"_id": "$a"}}, {"$project": {"_id": "$n"}}]))
-        .contains("keep _id"));
+    assert!(
+        refused(json!([{"$group": {"_id": "$a"}}, {"$project": {"_id": 0}}])).contains("keep _id")
+    );
+    assert!(
+        refused(json!([{"$group": {"_id": "$a"}}, {"$project": {"_id": "$n"}}]))
+            .contains("keep _id")
+    );
     // Allowed: a projection that keeps _id, anything after a $count.
     plan(json!([{"$group": {"_id": "$a", "n": {"$sum": 1}}}, {"$project": {"n": 1}}])).unwrap();
     plan(json!([{"$group": {"_id": "$a"}}, {"$count": "c"}, {"$project": {"_id": 0}}])).unwrap();
     // Malformed pipelines keep their own codes.
-    assert_eq!(plan(json!([{"$bogus": 1}])).unwrap_err().code(), "unknown_operator");
+    assert_eq!(
+        plan(json!([{"$bogus": 1}])).unwrap_err().code(),
+        "unknown_operator"
+    );
 }
 
 #[test]
@@ -169,7 +181,8 @@ fn limits_apply_to_the_live_state() {
     let plan = plan(json!([{"$group": {"_id": null, "p": {"$push": "$n"}}}])).unwrap();
     let mut live = LiveAgg::new(Arc::clone(&plan), plan.head().clone());
     for i in 0..=ACC_ARRAY_VALUES_MAX {
-        live.add(&json!({"_id": format!("{i:06}"), "n": 1})).unwrap();
+        live.add(&json!({"_id": format!("{i:06}"), "n": 1}))
+            .unwrap();
     }
     let e = live.result().unwrap_err();
     assert_eq!(e.code(), "limit_exceeded");
