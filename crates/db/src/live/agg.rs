@@ -70,8 +70,13 @@ impl AggView {
         if self.state.docs() > QUERY_DOCS_MAX {
             return Err(DbError::ResultTooLarge(QUERY_DOCS_MAX));
         }
-        let (rows, changed) = self.state.result()?;
-        let new = with_ids(rows);
+        let changed = self.state.refresh()?;
+        if changed.is_empty() {
+            // No group's output changed, so neither did the result (the post-group stages are
+            // a function of the group rows).
+            return Ok(Vec::new());
+        }
+        let new = with_ids(self.state.rows()?);
         let changed: HashSet<&str> = changed.iter().map(String::as_str).collect();
         let events = diff_windows(&self.rows, &new, &changed);
         self.rows = new;

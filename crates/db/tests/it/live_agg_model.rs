@@ -290,3 +290,41 @@ fn live_aggregations_equal_the_pull_pipeline_after_every_commit() {
         engine.stop();
     }
 }
+
+#[test]
+fn an_input_growing_past_query_docs_max_ends_the_subscription_like_pull() {
+    let (_dir, db) = open_db();
+    let engine = LiveEngine::start(db.clone());
+    let spec = json!([{"$match": {"big": true}}, {"$count": "n"}]);
+    let sink = Arc::new(TestSink {
+        conn: 1,
+        msgs: Mutex::new(Vec::new()),
+    });
+    subscribe(&engine, &spec, sink.clone(), None);
+    let put = |i: usize| Write::Put {
+        collection: "c".into(),
+        id: format!("b{i:05}"),
+        doc: json!({"big": true}),
+        if_version: None,
+    };
+    let max = herald_db::QUERY_DOCS_MAX;
+    for chunk in (0..max).collect::<Vec<_>>().chunks(500) {
+        db.commit(chunk.iter().map(|&i| put(i)).collect()).unwrap();
+    }
+    wait_idle(&engine);
+    let (rows, _) = client_rows(&sink.msgs.lock().unwrap());
+    assert_eq!(rows, vec![json!({"n": max})]);
+    db.commit(vec![put(max)]).unwrap();
+    wait_idle(&engine);
+    let msgs = sink.msgs.lock().unwrap().clone();
+    let last = msgs.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["code"]),
+        (&json!("error"), &json!("result_too_large"))
+    );
+    // The pull aggregation refuses the same input with the same code.
+    let p = Pipeline::parse(&spec).unwrap();
+    let (q, _) = p.head_query(max);
+    assert_eq!(db.query("c", &q).unwrap_err().code(), "result_too_large");
+    engine.stop();
+}

@@ -247,6 +247,8 @@ pub struct LiveAgg {
     dirty: BTreeSet<Vec<u8>>,
     /// Each group's output document (before the post-group stages), in key order.
     out: BTreeMap<Vec<u8>, Arc<Value>>,
+    /// The rows counted by a `$count` in place of the `$group`, as last output.
+    counted: usize,
 }
 
 impl LiveAgg {
@@ -261,6 +263,7 @@ impl LiveAgg {
             bytes: 0,
             dirty: BTreeSet::new(),
             out: BTreeMap::new(),
+            counted: 0,
         }
     }
 
@@ -427,32 +430,46 @@ impl LiveAgg {
         Ok(changed)
     }
 
-    /// The pipeline's result now, and the event ids ([`row_id`]) of the rows of the groups
-    /// changed since the last call.
-    pub fn result(&mut self) -> Result<(Vec<Arc<Value>>, Vec<String>), QueryError> {
+    /// Rebuilds the groups changed since the last call and returns the event ids ([`row_id`])
+    /// of the rows whose group output changed; empty when the result is unchanged.
+    pub fn refresh(&mut self) -> Result<Vec<String>, QueryError> {
         let changed = self.finish_dirty()?;
+        if self.plan.count_as.is_some() {
+            let n: usize = self.groups.values().map(|g| g.rows.len()).sum();
+            if n == self.counted {
+                return Ok(Vec::new());
+            }
+            self.counted = n;
+            return Ok(vec![String::new()]);
+        }
+        Ok(changed.iter().map(id_of).collect())
+    }
+
+    /// The pipeline's result as of the last [`refresh`](Self::refresh).
+    pub fn rows(&self) -> Result<Vec<Arc<Value>>, QueryError> {
         let plan = &self.plan;
-        let mut ids: Vec<String> = changed.iter().map(id_of).collect();
         let rows: Vec<Arc<Value>> = match &plan.count_as {
+            Some(_) if self.counted == 0 => Vec::new(),
             Some(name) => {
-                let n: usize = self.groups.values().map(|g| g.rows.len()).sum();
-                if n == 0 {
-                    Vec::new()
-                } else {
-                    let mut m = Map::new();
-                    m.insert(name.clone(), Value::from(n));
-                    ids = vec![String::new()];
-                    vec![Arc::new(Value::Object(m))]
-                }
+                let mut m = Map::new();
+                m.insert(name.clone(), Value::from(self.counted));
+                vec![Arc::new(Value::Object(m))]
             }
             None => self.out.values().cloned().collect(),
         };
         if plan.post >= plan.pipeline.stages().len() {
-            return Ok((rows, ids));
+            return Ok(rows);
         }
         let docs: Vec<Value> = rows.iter().map(|d| (**d).clone()).collect();
         let out = plan.pipeline.run_from(plan.post, docs)?;
-        Ok((out.into_iter().map(Arc::new).collect(), ids))
+        Ok(out.into_iter().map(Arc::new).collect())
+    }
+
+    /// [`refresh`](Self::refresh), then [`rows`](Self::rows): the result now, and the ids of
+    /// the rows changed since the last call.
+    pub fn result(&mut self) -> Result<(Vec<Arc<Value>>, Vec<String>), QueryError> {
+        let ids = self.refresh()?;
+        Ok((self.rows()?, ids))
     }
 }
 
