@@ -16,10 +16,9 @@
 //! - the rows in input order (`BTreeMap` keyed by the head sort key, which ends in `_id`, and
 //!   the row's index among its document's rows), each with its group key as written and the
 //!   values the order-dependent accumulators need;
-//! - `$sum`/`$count`/`$avg`: an exact integer sum and counts, O(1) per row added or removed;
-//!   doubles are kept per row, because a double sum depends on the order of its terms and the
-//!   pull path adds them in input order: a group's double terms are re-added in that order when
-//!   it is output (integer-only sums never are);
+//! - `$sum`/`$count`/`$avg`: the pull path's [`NumSum`] (exact integers, doubles in an exact
+//!   accumulator rounded once), O(1) per row added or removed: removal is exact, so a sum that
+//!   goes back to integers prints as one;
 //! - `$min`/`$max`: an ordered multiset of the values (key bytes -> rows), O(log n);
 //! - `$first`/`$last`: the first/last row, O(log n); `$push`/`$addToSet`: rebuilt from the rows
 //!   in order when the group changes (O(group), bounded by their own limits).
@@ -42,7 +41,7 @@ use super::{run_stage, AggExpr, Pipeline, Stage};
 use crate::error::QueryError;
 use crate::limits::{BLOCKING_STAGE_BYTES_MAX, GROUPS_MAX};
 use crate::query::Query;
-use herald_value::{encode_key, key_of, Map, Num, Value};
+use herald_value::{encode_key, key_of, Map, Value};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -215,12 +214,8 @@ struct Row {
 /// One accumulator's running state in one group.
 #[derive(Debug)]
 enum Acc {
-    /// `$sum`/`$count`/`$avg`: exact integers, the doubles by row (input order), counts.
-    Sum {
-        ints: i128,
-        n: u64,
-        doubles: BTreeMap<Vec<u8>, f64>,
-    },
+    /// `$sum`/`$count`/`$avg`.
+    Sum(NumSum),
     /// `$min`/`$max`: value key -> the rows holding an equal value.
     Ordered(BTreeMap<Vec<u8>, BTreeSet<Vec<u8>>>),
     /// `$first`/`$last`/`$push`/`$addToSet`: read from the rows.
@@ -325,15 +320,9 @@ impl LiveAgg {
         for (acc, st) in group.accumulators.iter().zip(&mut g.accs) {
             let v = acc.expr.eval_ref(row);
             match st {
-                Acc::Sum { ints, n, doubles } => {
-                    if let Some(Value::Number(x)) = v.as_deref() {
-                        match Num::of(x) {
-                            Num::F(f) => {
-                                doubles.insert(rk.clone(), f);
-                            }
-                            other => *ints += other.as_i128().unwrap_or(0),
-                        }
-                        *n += 1;
+                Acc::Sum(sum) => {
+                    if let Some(x) = v.as_deref() {
+                        sum.add(x);
                     }
                     vals.push(None);
                 }
@@ -376,15 +365,9 @@ impl LiveAgg {
         self.bytes = self.bytes.saturating_sub(held.bytes);
         for (acc, st) in group.accumulators.iter().zip(&mut g.accs) {
             match st {
-                Acc::Sum { ints, n, doubles } => {
-                    if let Some(Value::Number(x)) = acc.expr.eval_ref(row).as_deref() {
-                        match Num::of(x) {
-                            Num::F(_) => {
-                                doubles.remove(rk);
-                            }
-                            other => *ints -= other.as_i128().unwrap_or(0),
-                        }
-                        *n -= 1;
+                Acc::Sum(sum) => {
+                    if let Some(x) = acc.expr.eval_ref(row).as_deref() {
+                        sum.remove(x);
                     }
                 }
                 Acc::Ordered(set) => {
@@ -491,11 +474,7 @@ fn group_key(group: &Group, row: &Value) -> (Vec<u8>, Value) {
 
 fn new_acc(op: AccOp) -> Acc {
     match op {
-        AccOp::Sum | AccOp::Avg | AccOp::Count => Acc::Sum {
-            ints: 0,
-            n: 0,
-            doubles: BTreeMap::new(),
-        },
+        AccOp::Sum | AccOp::Avg | AccOp::Count => Acc::Sum(NumSum::default()),
         AccOp::Min | AccOp::Max => Acc::Ordered(BTreeMap::new()),
         AccOp::First | AccOp::Last | AccOp::Push | AccOp::AddToSet => Acc::InOrder,
     }
@@ -508,10 +487,7 @@ fn finish_group(group: &Group, g: &GroupState) -> Result<Value, QueryError> {
     out.insert("_id".into(), first.key.clone());
     for (i, (acc, st)) in group.accumulators.iter().zip(&g.accs).enumerate() {
         let v = match st {
-            Acc::Sum { ints, n, doubles } => {
-                // The doubles in input order, added one by one as the pull path does.
-                let d = doubles.values().fold(0.0, |s, f| s + f);
-                let sum = NumSum::of_parts(*ints, d, doubles.len() as u64, *n);
+            Acc::Sum(sum) => {
                 if acc.op == AccOp::Avg {
                     sum.mean()
                 } else {

@@ -16,6 +16,7 @@
 //! [`LiveAgg`]) for live aggregations; it must always equal [`Pipeline::run`].
 
 mod accum;
+mod exact;
 mod expr;
 mod group;
 mod live;
