@@ -170,8 +170,10 @@ fn pipeline_subscription(
         crate::api::query::restrict(st, &mut parts, collection, user)?;
         head.filter = crate::api::query::query_of(&parts)?.filter;
     }
+    // '\u{1}' cannot start a collection path (control characters are refused), so no query's
+    // key (`{collection}\n...`) is ever a pipeline's.
     let key = format!(
-        "pipeline\n{collection}\n{}",
+        "\u{1}pipeline\n{collection}\n{}",
         json!([crate::api::query::or_null(&parts.filter), spec])
     );
     Ok((head, std::sync::Arc::new(plan), key))

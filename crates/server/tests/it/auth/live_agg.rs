@@ -219,6 +219,10 @@ async fn pipelines_that_cannot_be_maintained_are_refused_by_stage() {
         subscribe(&mut ws, "ok", by_owner(), None).await["type"],
         "initial"
     );
+    // A resume from an unknown seq: reset, then a fresh initial, as for queries.
+    let r = subscribe(&mut ws, "again", by_owner(), Some(1 << 40)).await;
+    assert_eq!(r["type"], "reset", "{r}");
+    assert_eq!(next(&mut ws).await.unwrap()["type"], "initial");
     let url = s.url(&format!(
         "/v1/subscribe?collection=notes&pipeline={}",
         urlencode(r#"[{"$sort": {"n": 1}}, {"$project": {"n": 1}}]"#)
