@@ -118,7 +118,7 @@ export class Herald {
       },
     };
     this.listens = new ListenRegistry(this.cache, this.queue, link);
-    this.pipelines = new PipelineListens({ send: (m) => loop().send(m) });
+    this.pipelines = new PipelineListens({ send: (m) => loop().send(m), minSeq: () => this.queue.minSeq() });
     this.sync = new SyncLoop(
       {
         url: base.replace(/^http/, "ws") + "/v1/ws",

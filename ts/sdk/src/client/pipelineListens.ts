@@ -48,6 +48,8 @@ interface PipelineListen {
 export interface PipelineLink {
   /** Sends if online; false otherwise (everything is resubscribed when the link comes up). */
   send(msg: SubscribeMessage | { op: "unsubscribe"; sub: string }): boolean;
+  /** `minSeq` once a write of this client was acknowledged (read-your-writes on any node). */
+  minSeq(): { minSeq?: number };
 }
 
 const TYPES = { add: "added", change: "modified", changeIndex: "modified", remove: "removed" } as const;
@@ -90,7 +92,13 @@ export class PipelineListens {
   }
 
   private subscribe(l: PipelineListen): void {
-    const msg: SubscribeMessage = { op: "subscribe", sub: l.sub, collection: l.collection, pipeline: l.pipeline };
+    const msg: SubscribeMessage = {
+      op: "subscribe",
+      sub: l.sub,
+      collection: l.collection,
+      pipeline: l.pipeline,
+      ...this.link.minSeq(),
+    };
     if (l.rows !== undefined && l.seq > 0) msg.resumeFrom = l.seq;
     this.link.send(msg);
   }
