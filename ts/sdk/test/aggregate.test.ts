@@ -61,7 +61,7 @@ test("a live aggregation's rows follow every commit and resume after a cut", asy
   await put(c, "a", { room: "r1", v: 2 });
   await put(c, "b", { room: "r2", v: 1.5 });
   const r = new Rows();
-  h.onAggregate(
+  h.onAggregate<{ _id: string; n: number; s: number }>(
     c,
     [{ $group: { _id: "$room", n: { $count: {} }, s: { $sum: "$v" } } }, { $sort: { n: -1 } }],
     r.next,

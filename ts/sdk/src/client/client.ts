@@ -381,16 +381,17 @@ export class Herald {
    * pipeline the server refuses (`unsupported_live`, `bad_pipeline`...) reaches `error`.
    * Returns the function that stops listening.
    */
-  onAggregate(
+  onAggregate<T = Doc>(
     collection: string,
     pipeline: Record<string, unknown>[],
-    next: (s: AggregateSnapshot) => void,
+    next: (s: AggregateSnapshot<T>) => void,
     error?: (e: Error) => void,
   ): () => void {
     let stop: (() => void) | undefined;
     let stopped = false;
+    const deliver = next as unknown as (s: AggregateSnapshot) => void;
     void this.ready.then(() => {
-      if (!stopped) stop = this.pipelines.add(collection, pipeline as Doc[], { next, error });
+      if (!stopped) stop = this.pipelines.add(collection, pipeline as Doc[], { next: deliver, error });
     });
     return () => {
       stopped = true;

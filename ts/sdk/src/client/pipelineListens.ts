@@ -12,21 +12,22 @@ import type { Doc } from "../query/value.js";
 import { HeraldError } from "./errors.js";
 
 /** One edit of a live aggregation's rows, as the server sent it. */
-export interface RowChange {
+export interface RowChange<T = Doc> {
   type: "added" | "modified" | "removed";
   /** The row's `_id` as JSON text (see the module comment). */
   id: string;
-  row: Doc | undefined;
+  row: T | undefined;
   oldIndex: number;
   newIndex: number;
 }
 
-/** The rows of a live aggregation as of `seq`, and the edits since the previous snapshot. */
-export interface AggregateSnapshot {
-  rows: Doc[];
+/** The rows of a live aggregation as of `seq`, and the edits since the previous snapshot.
+ * `T` is the row type the application expects (not checked: rows are the server's JSON). */
+export interface AggregateSnapshot<T = Doc> {
+  rows: T[];
   seq: number;
   /** The edits that made these rows from the previous snapshot's (empty for the first). */
-  changes: RowChange[];
+  changes: RowChange<T>[];
 }
 
 export interface AggregateListener {
