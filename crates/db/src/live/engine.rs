@@ -2,6 +2,10 @@
 //! [`LiveView`] per distinct query (shared by all its subscribers), and sends every subscriber
 //! its initial result and then, per commit, the edits of its window.
 //!
+//! A view maintains a query's window ([`LiveView`]) or a live aggregation (`agg.rs`, subscribed
+//! with [`LiveEngine::subscribe_pipeline`]): the same grid registration (the head query's
+//! filter), initial result at an exact seq, replay, reset and sharing apply to both.
+//!
 //! Guarantees:
 //! - **No write missed or doubled.** A new subscription's initial result is read from the newest
 //!   snapshot and then rewound with the commits' before-images to exactly the engine's seq
@@ -61,16 +65,12 @@ pub struct SubscribeRequest {
     pub sink: Arc<dyn Sink>,
 }
 
+/// A request for the engine thread; a subscription with a pipeline is a live aggregation
+/// whose head query is the request's query.
 enum Request {
-    /// With a pipeline: a live aggregation whose head query is the request's query.
     Subscribe(Box<SubscribeRequest>, Option<Arc<LivePipeline>>),
-    Unsubscribe {
-        conn: u64,
-        sub: String,
-    },
-    Disconnect {
-        conn: u64,
-    },
+    Unsubscribe { conn: u64, sub: String },
+    Disconnect { conn: u64 },
 }
 
 struct Subscriber {
