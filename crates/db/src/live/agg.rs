@@ -12,7 +12,7 @@ use crate::error::DbError;
 use crate::exec::QUERY_DOCS_MAX;
 use crate::live::diff::{diff_windows, ChangeEvent};
 use crate::live::view::{DocChange, LiveView, Refill};
-use herald_query::pipeline::{row_id, LiveAgg, LivePipeline};
+use herald_query::pipeline::{LiveAgg, LivePipeline};
 use herald_query::Query;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -43,12 +43,13 @@ impl AggView {
         for d in &docs {
             state.add(d)?;
         }
-        let (rows, _) = state.result()?;
+        state.refresh()?;
+        let rows = state.rows_with_ids()?;
         Ok(AggView {
             plan,
             query: Arc::new(query),
             state,
-            rows: with_ids(rows),
+            rows,
             seq,
         })
     }
@@ -76,7 +77,7 @@ impl AggView {
             // a function of the group rows).
             return Ok(Vec::new());
         }
-        let new = with_ids(self.state.rows()?);
+        let new = self.state.rows_with_ids()?;
         let changed: HashSet<&str> = changed.iter().map(String::as_str).collect();
         let events = diff_windows(&self.rows, &new, &changed);
         self.rows = new;
@@ -84,14 +85,11 @@ impl AggView {
     }
 }
 
-fn with_ids(rows: Vec<Arc<Value>>) -> Vec<(String, Arc<Value>)> {
-    rows.into_iter().map(|r| (row_id(&r), r)).collect()
-}
-
 /// What one shared engine view maintains.
 pub enum Maintained {
     Query(LiveView),
-    Agg(AggView),
+    /// Boxed: an aggregation's state is larger than a query window's handle.
+    Agg(Box<AggView>),
 }
 
 impl Maintained {

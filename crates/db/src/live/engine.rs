@@ -506,7 +506,12 @@ impl Engine {
         };
         let mut view = match plan {
             None => Maintained::Query(LiveView::new(query.clone(), SLACK_DEFAULT, docs, from)),
-            Some(p) => Maintained::Agg(AggView::new(p.clone(), query.clone(), docs, from)?),
+            Some(p) => Maintained::Agg(Box::new(AggView::new(
+                p.clone(),
+                query.clone(),
+                docs,
+                from,
+            )?)),
         };
         let mut at = from;
         while at < to {
@@ -544,7 +549,7 @@ impl Engine {
                     let live = match &plan {
                         None => Maintained::Query(LiveView::new(query, SLACK_DEFAULT, docs, seq)),
                         Some(p) => match AggView::new(p.clone(), query, docs, seq) {
-                            Ok(a) => Maintained::Agg(a),
+                            Ok(a) => Maintained::Agg(Box::new(a)),
                             Err(e) => {
                                 sink.send(Message::error(&sub, &e));
                                 return;

@@ -25,8 +25,10 @@
 //!
 //! A group's output `_id` is its first row's key, as the pull path keeps the first-seen key;
 //! a group with no rows left disappears. The groups come out in key order, as `$group` emits
-//! them, and the post-group stages run over the finished group rows with the pull path's own
-//! stage code (the groups themselves are only rebuilt when a change touched them).
+//! them, and only the groups a change touched are rebuilt. Post-group stages of the shape
+//! `$match* [$sort] [$skip] [$limit] $project*` are a maintained window ([`Window`]: a changed
+//! group moves one entry); any other post-group sequence runs over the finished group rows with
+//! the pull path's own stage code.
 //!
 //! Limits are the pull path's: `GROUPS_MAX` groups, the `$push`/`$addToSet` limits, and
 //! `BLOCKING_STAGE_BYTES_MAX` over the rows held, each with `limit_exceeded`.
@@ -62,6 +64,57 @@ pub struct LivePipeline {
     count_as: Option<String>,
     /// The first post-group stage.
     post: usize,
+    /// The post-group stages as a maintained window, when they have that shape.
+    window: Option<Window>,
+}
+
+/// Post-group stages of the shape `$match* [$sort] [$skip] [$limit] $project*`, kept as a
+/// window over the group rows ordered by the sort (then group key, as the pull path's stable
+/// sort leaves ties in group order): a change moves one entry, and the result is the window.
+#[derive(Debug, Clone)]
+struct Window {
+    matches: Vec<crate::filter::Filter>,
+    sort: Option<crate::sort::Sort>,
+    skip: usize,
+    limit: Option<usize>,
+    projects: Vec<super::Project>,
+}
+
+impl Window {
+    fn of(stages: &[Stage]) -> Option<Window> {
+        let mut w = Window {
+            matches: Vec::new(),
+            sort: None,
+            skip: 0,
+            limit: None,
+            projects: Vec::new(),
+        };
+        // 0: matches, 1: after the sort, 2: after the skip, 3: after the limit, 4: projects.
+        let mut at = 0;
+        for s in stages {
+            match s {
+                Stage::Match(f) if at == 0 => w.matches.push(f.clone()),
+                Stage::Sort(o) if at == 0 => {
+                    w.sort = Some(o.clone());
+                    at = 1;
+                }
+                Stage::Skip(n) if at <= 1 => {
+                    w.skip = *n;
+                    at = 2;
+                }
+                Stage::Limit(n) if at <= 2 => {
+                    w.limit = Some(*n);
+                    at = 3;
+                }
+                Stage::Project(p) => {
+                    w.projects.push(p.clone());
+                    at = 4;
+                }
+                _ => return None,
+            }
+        }
+        Some(w)
+    }
 }
 
 fn unsupported(i: usize, stage: &str, why: &str) -> QueryError {
@@ -162,12 +215,17 @@ impl LivePipeline {
                 }
             }
         }
+        let window = match count_as {
+            None => Window::of(&stages[post..]),
+            Some(_) => None,
+        };
         Ok(LivePipeline {
             head,
             pre: (covered, i),
             group,
             count_as,
             post,
+            window,
             pipeline,
         })
     }
@@ -244,6 +302,11 @@ pub struct LiveAgg {
     out: BTreeMap<Vec<u8>, Arc<Value>>,
     /// The rows counted by a `$count` in place of the `$group`, as last output.
     counted: usize,
+    /// With a window plan: the group rows its matches pass, by window key (sort key and group
+    /// key), each with its event id and its projected row.
+    ranked: BTreeMap<Vec<u8>, (String, Arc<Value>)>,
+    /// Group key -> its window key in `ranked`.
+    rank_of: std::collections::HashMap<Vec<u8>, Vec<u8>>,
 }
 
 impl LiveAgg {
@@ -259,6 +322,8 @@ impl LiveAgg {
             dirty: BTreeSet::new(),
             out: BTreeMap::new(),
             counted: 0,
+            ranked: BTreeMap::new(),
+            rank_of: std::collections::HashMap::new(),
         }
     }
 
@@ -399,6 +464,7 @@ impl LiveAgg {
                     let doc = Arc::new(finish_group(&plan.group, g)?);
                     if old.as_deref() != Some(&doc) {
                         changed.push(doc.get("_id").cloned().unwrap_or(Value::Null));
+                        self.rank(&k, Some(&doc));
                     }
                     self.out.insert(k, doc);
                 }
@@ -406,11 +472,41 @@ impl LiveAgg {
                     self.groups.remove(&k);
                     if let Some(o) = old {
                         changed.push(o.get("_id").cloned().unwrap_or(Value::Null));
+                        self.rank(&k, None);
                     }
                 }
             }
         }
         Ok(changed)
+    }
+
+    /// Moves group `k`'s entry of the window to where its new output `doc` belongs (out when it
+    /// is gone or its matches fail).
+    fn rank(&mut self, k: &[u8], doc: Option<&Arc<Value>>) {
+        let Some(w) = &self.plan.window else { return };
+        if let Some(old) = self.rank_of.remove(k) {
+            self.ranked.remove(&old);
+        }
+        let Some(doc) = doc.filter(|d| w.matches.iter().all(|f| f.matches(d))) else {
+            return;
+        };
+        let mut key = w
+            .sort
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.encoded_key(doc));
+        key.extend_from_slice(k);
+        let shown = match w.projects.as_slice() {
+            [] => Arc::clone(doc),
+            ps => {
+                let mut v = (**doc).clone();
+                for p in ps {
+                    v = p.apply(&v);
+                }
+                Arc::new(v)
+            }
+        };
+        self.rank_of.insert(k.to_vec(), key.clone());
+        self.ranked.insert(key, (row_id(&shown), shown));
     }
 
     /// Rebuilds the groups changed since the last call and returns the event ids ([`row_id`])
@@ -430,7 +526,22 @@ impl LiveAgg {
 
     /// The pipeline's result as of the last [`refresh`](Self::refresh).
     pub fn rows(&self) -> Result<Vec<Arc<Value>>, QueryError> {
+        Ok(self.rows_with_ids()?.into_iter().map(|(_, r)| r).collect())
+    }
+
+    /// [`rows`](Self::rows) with each row's event id ([`row_id`]). With a window plan this
+    /// costs the window's size, else the number of groups.
+    pub fn rows_with_ids(&self) -> Result<Vec<(String, Arc<Value>)>, QueryError> {
         let plan = &self.plan;
+        if let Some(w) = &plan.window {
+            return Ok(self
+                .ranked
+                .values()
+                .skip(w.skip)
+                .take(w.limit.unwrap_or(usize::MAX))
+                .cloned()
+                .collect());
+        }
         let rows: Vec<Arc<Value>> = match &plan.count_as {
             Some(_) if self.counted == 0 => Vec::new(),
             Some(name) => {
@@ -440,12 +551,14 @@ impl LiveAgg {
             }
             None => self.out.values().cloned().collect(),
         };
-        if plan.post >= plan.pipeline.stages().len() {
-            return Ok(rows);
-        }
-        let docs: Vec<Value> = rows.iter().map(|d| (**d).clone()).collect();
-        let out = plan.pipeline.run_from(plan.post, docs)?;
-        Ok(out.into_iter().map(Arc::new).collect())
+        let rows = if plan.post >= plan.pipeline.stages().len() {
+            rows
+        } else {
+            let docs: Vec<Value> = rows.iter().map(|d| (**d).clone()).collect();
+            let out = plan.pipeline.run_from(plan.post, docs)?;
+            out.into_iter().map(Arc::new).collect()
+        };
+        Ok(rows.into_iter().map(|r| (row_id(&r), r)).collect())
     }
 
     /// [`refresh`](Self::refresh), then [`rows`](Self::rows): the result now, and the ids of

@@ -67,6 +67,10 @@ fn pipelines() -> Vec<Value> {
         json!([{"$group": {"_id": null, "s": {"$sum": "$n"}, "a": {"$avg": "$m"}}}]),
         json!([{"$project": {"k": 1, "v": "$n"}}, {"$match": {"v": {"$type": "number"}}}, {"$group": {"_id": "$k", "hi": {"$max": "$v"}, "lo": {"$min": "$v"}}}, {"$match": {"hi": {"$gt": 0}}}, {"$project": {"hi": 1}}, {"$skip": 1}]),
         json!([{"$group": {"_id": "$k", "c": {"$count": {}}}}, {"$count": "groups"}]),
+        // A window: array keys tie on the sort (an array sorts by its least element), and ties
+        // stay in group order as the pull path's stable sort leaves them.
+        json!([{"$group": {"_id": "$tags", "c": {"$count": {}}, "s": {"$sum": "$n"}}}, {"$match": {"c": {"$gte": 1}}}, {"$sort": {"_id": 1}}, {"$skip": 1}, {"$limit": 3}, {"$project": {"c": 1}}]),
+        json!([{"$group": {"_id": "$j", "c": {"$count": {}}}}, {"$sort": {"c": -1}}, {"$limit": 2}]),
     ]
 }
 
