@@ -161,6 +161,24 @@ async fn an_end_users_live_counts_and_sums_see_only_readable_documents() {
         text.contains(r#""docs":[{"n":3}]"#),
         "p, q and r are readable: {text}"
     );
+    // A hidden note counts for nobody here; a readable one changes the count row (id "").
+    admin_put(&s, "notes/x", json!({"owner": "bob", "n": 1})).await;
+    admin_put(&s, "notes/y", json!({"owner": "bob", "public": true})).await;
+    while !text.contains("changes") {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(5), r.chunk())
+            .await
+            .expect("an event within 5 s")
+            .unwrap()
+            .unwrap();
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let line = text.lines().find(|l| l.contains("changes")).unwrap();
+    let m: Value = serde_json::from_str(line.strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(
+        change(&m, 0),
+        ("change".into(), String::new(), 0, 0, json!({"n": 4})),
+        "{text}"
+    );
 }
 
 fn urlencode(s: &str) -> String {
