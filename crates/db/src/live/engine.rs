@@ -2,6 +2,10 @@
 //! [`LiveView`] per distinct query (shared by all its subscribers), and sends every subscriber
 //! its initial result and then, per commit, the edits of its window.
 //!
+//! A view maintains a query's window ([`LiveView`]) or a live aggregation (`agg.rs`, subscribed
+//! with [`LiveEngine::subscribe_pipeline`]): the same grid registration (the head query's
+//! filter), initial result at an exact seq, replay, reset and sharing apply to both.
+//!
 //! Guarantees:
 //! - **No write missed or doubled.** A new subscription's initial result is read from the newest
 //!   snapshot and then rewound with the commits' before-images to exactly the engine's seq
@@ -22,12 +26,14 @@
 
 use crate::db::Db;
 use crate::error::DbError;
+use crate::live::agg::{AggView, Maintained};
 use crate::live::diff::ChangeEvent;
 use crate::live::feed::Commit;
 use crate::live::grid::{CellStatus, GridError, Inline, Matches, Matching};
 use crate::live::matcher::ViewId;
 use crate::live::message::{Events, Gap, Message, ResetReason};
 use crate::live::view::{DocChange, LiveView, SLACK_DEFAULT};
+use herald_query::pipeline::LivePipeline;
 use herald_query::{Projection, Query};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -59,8 +65,10 @@ pub struct SubscribeRequest {
     pub sink: Arc<dyn Sink>,
 }
 
+/// A request for the engine thread; a subscription with a pipeline is a live aggregation
+/// whose head query is the request's query.
 enum Request {
-    Subscribe(Box<SubscribeRequest>),
+    Subscribe(Box<SubscribeRequest>, Option<Arc<LivePipeline>>),
     Unsubscribe { conn: u64, sub: String },
     Disconnect { conn: u64 },
 }
@@ -74,7 +82,7 @@ struct View {
     /// The sharing key (`Engine::by_key` maps it back to this view's id).
     key: String,
     collection: String,
-    live: LiveView,
+    live: Maintained,
     subs: Vec<Subscriber>,
 }
 
@@ -165,7 +173,17 @@ impl LiveEngine {
     }
 
     pub fn subscribe(&self, req: SubscribeRequest) -> Result<(), DbError> {
-        self.push(Request::Subscribe(Box::new(req)))
+        self.push(Request::Subscribe(Box::new(req), None))
+    }
+
+    /// Subscribes to a live aggregation: `req.query` is the pipeline's head query (filter and
+    /// sort, with any read rule ANDed in) and `req.key` must identify the pipeline too.
+    pub fn subscribe_pipeline(
+        &self,
+        req: SubscribeRequest,
+        pipeline: Arc<LivePipeline>,
+    ) -> Result<(), DbError> {
+        self.push(Request::Subscribe(Box::new(req), Some(pipeline)))
     }
 
     pub fn unsubscribe(&self, conn: u64, sub: &str) -> Result<(), DbError> {
@@ -342,7 +360,7 @@ impl Engine {
 
     fn handle(&mut self, r: Request) {
         match r {
-            Request::Subscribe(req) => self.subscribe(*req),
+            Request::Subscribe(req, pipeline) => self.subscribe(*req, pipeline),
             Request::Unsubscribe { conn, sub } => {
                 self.remove(|s| s.sink.conn() == conn && s.sub == sub)
             }
@@ -411,7 +429,7 @@ impl Engine {
         query.limit.map(|l| query.skip + l + SLACK_DEFAULT + 1)
     }
 
-    fn subscribe(&mut self, req: SubscribeRequest) {
+    fn subscribe(&mut self, req: SubscribeRequest, plan: Option<Arc<LivePipeline>>) {
         let SubscribeRequest {
             sub,
             collection,
@@ -429,13 +447,18 @@ impl Engine {
             .map_or(self.seq, |v| v.live.seq().max(self.seq));
         let db = self.shared.db.clone();
         if let Some(r) = resume_from.filter(|r| *r != seq) {
-            match self.replay(&db, &collection, &query, r, seq, &sub, &*sink) {
+            let target = Target {
+                collection: &collection,
+                query: &query,
+                plan: plan.as_ref(),
+            };
+            match self.replay(&db, target, r, seq, &sub, &*sink) {
                 Ok(Replayed::Done) => {}
                 Ok(Replayed::Gap(gap)) => {
                     if !sink.send(reset_msg(&sub, ResetReason::Resume { from: r, gap })) {
                         return;
                     }
-                    self.attach(&db, sub, collection, query, key, sink, true);
+                    self.attach(&db, sub, collection, query, plan, key, sink, true);
                     return;
                 }
                 Err(e) => {
@@ -443,26 +466,29 @@ impl Engine {
                     return;
                 }
             }
-            self.attach(&db, sub, collection, query, key, sink, false);
+            self.attach(&db, sub, collection, query, plan, key, sink, false);
             return;
         }
         let send_initial = resume_from.is_none();
-        self.attach(&db, sub, collection, query, key, sink, send_initial);
+        self.attach(&db, sub, collection, query, plan, key, sink, send_initial);
     }
 
     /// Sends the commits after `from` up to `to` as change batches for a private
     /// copy of the view. [`Replayed::Gap`] when that history is not available, and why.
-    #[allow(clippy::too_many_arguments)]
     fn replay(
         &self,
         db: &Db,
-        collection: &str,
-        query: &Query,
+        target: Target<'_>,
         from: u64,
         to: u64,
         sub: &str,
         sink: &dyn Sink,
     ) -> Result<Replayed, DbError> {
+        let Target {
+            collection,
+            query,
+            plan,
+        } = target;
         if from > to {
             return Ok(Replayed::Gap(Gap::Unknown));
         }
@@ -478,7 +504,15 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
-        let mut view = LiveView::new(query.clone(), SLACK_DEFAULT, docs, from);
+        let mut view = match plan {
+            None => Maintained::Query(LiveView::new(query.clone(), SLACK_DEFAULT, docs, from)),
+            Some(p) => Maintained::Agg(Box::new(AggView::new(
+                p.clone(),
+                query.clone(),
+                docs,
+                from,
+            )?)),
+        };
         let mut at = from;
         while at < to {
             let upto = to.min(at + CATCH_UP_COMMITS_MAX);
@@ -503,6 +537,7 @@ impl Engine {
         sub: String,
         collection: String,
         query: Query,
+        plan: Option<Arc<LivePipeline>>,
         key: String,
         sink: Arc<dyn Sink>,
         send_initial: bool,
@@ -511,7 +546,16 @@ impl Engine {
             Some(&id) => id,
             None => match self.first_result(db, &collection, &query, send_initial) {
                 Ok((docs, seq)) => {
-                    let live = LiveView::new(query, SLACK_DEFAULT, docs, seq);
+                    let live = match &plan {
+                        None => Maintained::Query(LiveView::new(query, SLACK_DEFAULT, docs, seq)),
+                        Some(p) => match AggView::new(p.clone(), query, docs, seq) {
+                            Ok(a) => Maintained::Agg(Box::new(a)),
+                            Err(e) => {
+                                sink.send(Message::error(&sub, &e));
+                                return;
+                            }
+                        },
+                    };
                     let id = match self.free.pop() {
                         Some(id) => id,
                         None => {
@@ -534,7 +578,7 @@ impl Engine {
                 // `first_result`): a reset and a fresh result, as when the log is gone.
                 Err(DbError::LimitExceeded(_)) if !send_initial => {
                     if sink.send(reset_msg(&sub, ResetReason::ReplayBehind)) {
-                        self.attach(db, sub, collection, query, key, sink, true);
+                        self.attach(db, sub, collection, query, plan, key, sink, true);
                     }
                     return;
                 }
@@ -588,6 +632,7 @@ impl Engine {
                         s.sub,
                         v.collection.clone(),
                         v.live.query().clone(),
+                        v.live.plan().cloned(),
                         v.key.clone(),
                         s.sink,
                         true,
@@ -676,7 +721,7 @@ impl Deliver<'_> {
 fn apply_changes(
     db: &Db,
     collection: &str,
-    view: &mut LiveView,
+    view: &mut Maintained,
     seq: u64,
     changes: &[DocChange<'_>],
 ) -> Result<Events, DbError> {
@@ -690,7 +735,7 @@ fn apply_changes(
 fn apply_commit(
     db: &Db,
     collection: &str,
-    view: &mut LiveView,
+    view: &mut Maintained,
     commit: &Commit,
 ) -> Result<Events, DbError> {
     let changes: Vec<DocChange<'_>> = commit
@@ -703,6 +748,15 @@ fn apply_commit(
         return Ok(Events::from([]));
     }
     apply_changes(db, collection, view, commit.seq, &changes)
+}
+
+/// What a replay rebuilds: a query's window, or (with a pipeline) an aggregation over the
+/// query's result.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    collection: &'a str,
+    query: &'a Query,
+    plan: Option<&'a Arc<LivePipeline>>,
 }
 
 /// How a resume's replay ended.

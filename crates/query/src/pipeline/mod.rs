@@ -14,10 +14,15 @@
 //! (`stream.rs`), and [`Pipeline::count_shape`] / [`Pipeline::extreme`] name the shapes an index
 //! answers without reading documents. Input order matters to
 //! `$first`/`$last`/`$push`: the input is the head query's result, ordered by `_id` unless sorted.
+//!
+//! `live.rs` maintains a pipeline's result incrementally from document changes ([`LivePipeline`],
+//! [`LiveAgg`]) for live aggregations; it must always equal [`Pipeline::run`].
 
 mod accum;
+mod exact;
 mod expr;
 mod group;
+mod live;
 mod project;
 mod size;
 mod stream;
@@ -26,6 +31,7 @@ mod unwind;
 pub use accum::{AccOp, AccState, Accumulator, NumSum};
 pub use expr::{field_path, AggExpr};
 pub use group::{Group, GroupRun};
+pub use live::{row_id, LiveAgg, LivePipeline};
 pub use project::Project;
 pub use stream::{CountShape, Extreme, Streaming};
 pub use unwind::Unwind;

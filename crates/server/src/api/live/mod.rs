@@ -17,7 +17,9 @@
 //!
 //! An end user's subscriptions have the read rule ANDed into their filter
 //! (`query::restrict`), so they see only readable documents; when the rules change, end-user
-//! connections close (their clients reconnect and subscribe under the new rules).
+//! connections close (their clients reconnect and subscribe under the new rules). A live
+//! aggregation (`pipeline` instead of the query members) has the rule ANDed into its head
+//! `$match` the same way, before anything is aggregated (`pipeline_subscription`).
 
 pub mod conn;
 pub mod session;
@@ -35,6 +37,7 @@ use crate::auth::Principal;
 use crate::state::AppState;
 use axum::http::HeaderMap;
 use herald_protocol::{ErrorCode, QueryParts, ServerMessage};
+use herald_query::pipeline::{LivePipeline, Pipeline, Stage};
 use herald_query::Query;
 use serde_json::json;
 use std::borrow::Cow;
@@ -121,6 +124,59 @@ fn subscription(collection: &str, parts: &QueryParts) -> Result<(Query, String),
         ])
     );
     Ok((query, key))
+}
+
+/// A live aggregation's head query (an end user's read rule ANDed into its filter, as for a
+/// pull aggregation), its checked pipeline and its sharing key. A pipeline comes without the
+/// query members (`bad_query`); one the engine cannot maintain is refused by stage
+/// (`unsupported_live`).
+fn pipeline_subscription(
+    st: &AppState,
+    principal: &Principal,
+    collection: &str,
+    parts: &QueryParts,
+    stages: Vec<serde_json::Value>,
+) -> Result<(Query, std::sync::Arc<LivePipeline>, String), ApiError> {
+    let QueryParts {
+        filter,
+        sort,
+        skip,
+        limit,
+        projection,
+    } = parts;
+    if [filter, sort, skip, limit, projection]
+        .iter()
+        .any(|m| m.is_some())
+    {
+        return Err(ApiError::new(
+            ErrorCode::BadQuery,
+            "a subscription takes either 'pipeline' or the query members              (filter, sort, skip, limit, projection), not both",
+        ));
+    }
+    herald_db::check_collection(collection)?;
+    let spec = serde_json::Value::Array(stages);
+    let lib = |e: herald_query::QueryError| ApiError::lib(e.code(), e.to_string());
+    let plan = LivePipeline::new(Pipeline::parse(&spec).map_err(lib)?).map_err(lib)?;
+    let mut head = plan.head().clone();
+    // The head filter as JSON, so a read rule is ANDed in exactly as for a query.
+    let mut parts = QueryParts {
+        filter: match plan.pipeline().stages().first() {
+            Some(Stage::Match(_)) => spec[0].get("$match").cloned(),
+            _ => None,
+        },
+        ..QueryParts::default()
+    };
+    if let Some(user) = principal.user() {
+        crate::api::query::restrict(st, &mut parts, collection, user)?;
+        head.filter = crate::api::query::query_of(&parts)?.filter;
+    }
+    // '\u{1}' cannot start a collection path (control characters are refused), so no query's
+    // key (`{collection}\n...`) is ever a pipeline's.
+    let key = format!(
+        "\u{1}pipeline\n{collection}\n{}",
+        json!([crate::api::query::or_null(&parts.filter), spec])
+    );
+    Ok((head, std::sync::Arc::new(plan), key))
 }
 
 /// Refuses a request whose `Origin` is not allowed (`--allowed-origins`); requests without an

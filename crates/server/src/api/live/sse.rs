@@ -1,5 +1,6 @@
 //! Server-Sent Events: `GET /v1/subscribe?collection=..&filter=<json>&sort=<json>&skip=..&
-//! limit=..&projection=<json>&resumeFrom=..`, one subscription (`"sse"`) per stream. Each event's
+//! limit=..&projection=<json>&resumeFrom=..` (or `pipeline=<json>` for a live aggregation instead
+//! of the query parameters), one subscription (`"sse"`) per stream. Each event's
 //! `data:` is a server message and its `id:` the message's seq, so an `EventSource` that
 //! reconnects sends `Last-Event-ID` and resumes.
 
@@ -8,7 +9,8 @@ use crate::api::error::ApiError;
 use crate::api::live::conn::{encode, Conn};
 use crate::api::live::session::reached;
 use crate::api::live::{
-    check_origin, reset, resumable, subscription, token_expired, HEARTBEAT, SLOW_CONSUMER,
+    check_origin, pipeline_subscription, reset, resumable, subscription, token_expired, HEARTBEAT,
+    SLOW_CONSUMER,
 };
 use crate::auth::Principal;
 use crate::state::AppState;
@@ -28,7 +30,9 @@ use std::sync::atomic::Ordering;
 const SUB: &str = "sse";
 
 /// The parameters as the protocol's type: unknown ones refused, each JSON one parsed.
-fn params_of(params: HashMap<String, String>) -> Result<(SubscribeParams, QueryParts), ApiError> {
+type Params = (SubscribeParams, QueryParts, Option<Vec<Value>>);
+
+fn params_of(params: HashMap<String, String>) -> Result<Params, ApiError> {
     let m: Map<String, Value> = params
         .into_iter()
         .map(|(k, v)| (k, Value::String(v)))
@@ -54,7 +58,17 @@ fn params_of(params: HashMap<String, String>) -> Result<(SubscribeParams, QueryP
         projection: json("projection", &p.projection)?,
     };
     json("resumeFrom", &p.resume_from)?;
-    Ok((p, parts))
+    let pipeline = match json("pipeline", &p.pipeline)? {
+        None => None,
+        Some(Value::Array(stages)) => Some(stages),
+        Some(_) => {
+            return Err(ApiError::new(
+                ErrorCode::BadPipeline,
+                "parameter 'pipeline' must be a JSON array of stages",
+            ))
+        }
+    };
+    Ok((p, parts, pipeline))
 }
 
 pub async fn sse(
@@ -62,7 +76,7 @@ pub async fn sse(
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    let (params, mut parts) = match params_of(params) {
+    let (params, mut parts, pipeline) = match params_of(params) {
         Ok(x) => x,
         Err(e) => return e.into_response(),
     };
@@ -77,18 +91,26 @@ pub async fn sse(
         return ApiError::new(ErrorCode::BadRequest, "a subscription needs 'collection'")
             .into_response();
     };
-    if let Some(user) = principal.user() {
-        if let Err(e) = crate::api::query::restrict(&st, &mut parts, &collection, user) {
-            return e.into_response();
+    let (query, plan, key) = match pipeline {
+        Some(stages) => match pipeline_subscription(&st, &principal, &collection, &parts, stages) {
+            Ok((head, plan, key)) => (head, Some(plan), key),
+            Err(e) => return e.into_response(),
+        },
+        None => {
+            if let Some(user) = principal.user() {
+                if let Err(e) = crate::api::query::restrict(&st, &mut parts, &collection, user) {
+                    return e.into_response();
+                }
+            }
+            match subscription(&collection, &parts) {
+                Ok((query, key)) => (query, None, key),
+                Err(e) => return e.into_response(),
+            }
         }
-    }
+    };
     let expires = principal
         .user()
         .map(|u| (st.auth.clock().clone(), u.expires_at_ms));
-    let (query, key) = match subscription(&collection, &parts) {
-        Ok(x) => x,
-        Err(e) => return e.into_response(),
-    };
     let header_resume = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -109,7 +131,11 @@ pub async fn sse(
         resume_from,
         sink: conn.sink.clone(),
     };
-    if let Err(e) = st.live.subscribe(req) {
+    let subscribed = match plan {
+        Some(plan) => st.live.subscribe_pipeline(req, plan),
+        None => st.live.subscribe(req),
+    };
+    if let Err(e) = subscribed {
         return ApiError::from(e).into_response();
     }
     let live = st.live.clone();

@@ -11,8 +11,8 @@ use crate::api::live::session::{
 };
 use crate::api::live::ws_writes::{request_error, WsWrites};
 use crate::api::live::{
-    check_origin, error_msg, resumable, subscription, token_expired, HEARTBEAT, SLOW_CONSUMER,
-    SUBS_PER_CONN_MAX, WS_MESSAGE_BYTES_MAX,
+    check_origin, error_msg, pipeline_subscription, resumable, subscription, token_expired,
+    HEARTBEAT, SLOW_CONSUMER, SUBS_PER_CONN_MAX, WS_MESSAGE_BYTES_MAX,
 };
 use crate::auth::Principal;
 use crate::state::AppState;
@@ -503,8 +503,9 @@ fn subscribe(
     conn: &Conn,
     subs: &mut HashSet<String>,
     principal: &Principal,
-    s: Subscribe,
+    mut s: Subscribe,
 ) -> Option<ServerMessage<'static>> {
+    let pipeline = s.pipeline.take();
     let (sub, collection, mut parts, resume_from) = s.into_parts();
     let fail = |e: ApiError| Some(error_msg(Some(&sub), &e));
     if subs.contains(&sub) {
@@ -519,14 +520,26 @@ fn subscribe(
             format!("at most {SUBS_PER_CONN_MAX} subscriptions per connection"),
         ));
     }
-    if let Some(user) = principal.user() {
-        if let Err(e) = crate::api::query::restrict(st, &mut parts, &collection, user) {
-            return fail(e);
+    let plan = match pipeline {
+        Some(stages) => match pipeline_subscription(st, principal, &collection, &parts, stages) {
+            Ok((head, plan, key)) => Some((head, plan, key)),
+            Err(e) => return fail(e),
+        },
+        None => None,
+    };
+    let (query, plan, key) = match plan {
+        Some((head, plan, key)) => (head, Some(plan), key),
+        None => {
+            if let Some(user) = principal.user() {
+                if let Err(e) = crate::api::query::restrict(st, &mut parts, &collection, user) {
+                    return fail(e);
+                }
+            }
+            match subscription(&collection, &parts) {
+                Ok((query, key)) => (query, None, key),
+                Err(e) => return fail(e),
+            }
         }
-    }
-    let (query, key) = match subscription(&collection, &parts) {
-        Ok(x) => x,
-        Err(e) => return fail(e),
     };
     let resume_from = resumable(st, principal, resume_from, &sub, &conn.sink);
     let req = SubscribeRequest {
@@ -537,7 +550,11 @@ fn subscribe(
         resume_from,
         sink: conn.sink.clone(),
     };
-    match st.live.subscribe(req) {
+    let subscribed = match plan {
+        Some(plan) => st.live.subscribe_pipeline(req, plan),
+        None => st.live.subscribe(req),
+    };
+    match subscribed {
         Ok(()) => {
             subs.insert(sub);
             None
