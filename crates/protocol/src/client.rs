@@ -51,6 +51,10 @@ pub struct Subscribe {
     pub limit: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projection: Option<Value>,
+    /// A live aggregation: the stages of `POST /v1/aggregate`'s `pipeline` (not together with
+    /// the query members).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<Vec<Value>>,
     /// Resume after this seq instead of receiving an `initial`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<u64>,
@@ -93,6 +97,7 @@ members! {
     min_seq_member: "minSeq" => Option<u64>;
     req_member: "req" => Option<String>;
     writes_member: "writes" => Option<Vec<WriteItem>>;
+    pipeline_member: "pipeline" => Option<Vec<Value>>;
     atomic_member: "atomic" => Option<bool>;
 }
 
@@ -120,6 +125,8 @@ struct RawClientMessage {
     limit: Option<Value>,
     #[serde(default)]
     projection: Option<Value>,
+    #[serde(default, deserialize_with = "pipeline_member")]
+    pipeline: Option<Vec<Value>>,
     #[serde(default, deserialize_with = "resume_from_member")]
     resume_from: Option<u64>,
     #[serde(default, deserialize_with = "min_seq_member")]
@@ -150,6 +157,7 @@ impl RawClientMessage {
         add(self.skip.is_some(), "skip");
         add(self.limit.is_some(), "limit");
         add(self.projection.is_some(), "projection");
+        add(self.pipeline.is_some(), "pipeline");
         add(self.resume_from.is_some(), "resumeFrom");
         add(self.min_seq.is_some(), "minSeq");
         add(self.req.is_some(), "req");
@@ -168,6 +176,7 @@ const SUBSCRIBE_MEMBERS: &[&str] = &[
     "skip",
     "limit",
     "projection",
+    "pipeline",
     "resumeFrom",
     "minSeq",
 ];
@@ -215,6 +224,7 @@ impl TryFrom<RawClientMessage> for ClientMessage {
                 skip: r.skip,
                 limit: r.limit,
                 projection: r.projection,
+                pipeline: r.pipeline,
                 resume_from: r.resume_from,
                 min_seq: r.min_seq,
             })),

@@ -96,6 +96,7 @@ error_codes! {
     BadProjection = ("bad_projection", 400, None, false, "malformed projection"),
     BadQuery = ("bad_query", 400, None, false, "malformed skip, limit or query member"),
     BadPipeline = ("bad_pipeline", 400, None, false, "malformed aggregation pipeline or stage"),
+    UnsupportedLive = ("unsupported_live", 400, None, false, "a valid pipeline that cannot be maintained live; the message names the stage and why"),
     LimitExceeded = ("limit_exceeded", 400, None, false, "a limit on query or write size was exceeded"),
     ResultTooLarge = ("result_too_large", 400, None, false, "the query would return too many documents; add a limit"),
     // Updates (herald-query)

@@ -137,6 +137,9 @@ pub struct SubscribeParams {
     pub limit: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projection: Option<String>,
+    /// JSON: a live aggregation's pipeline (an array of stages), instead of the query members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<String>,
     /// JSON: a seq the node must have applied before the stream starts.

@@ -32,6 +32,9 @@ pub enum QueryError {
     LimitExceeded(String),
     #[error("bad pipeline: {0}")]
     BadPipeline(String),
+    /// A valid pipeline that cannot be maintained live: which stage, and why.
+    #[error("{stage} is not maintained live: {reason}")]
+    UnsupportedLive { stage: String, reason: String },
 }
 
 impl QueryError {
@@ -48,6 +51,7 @@ impl QueryError {
             QueryError::BadQuery(_) => "bad_query",
             QueryError::LimitExceeded(_) => "limit_exceeded",
             QueryError::BadPipeline(_) => "bad_pipeline",
+            QueryError::UnsupportedLive { .. } => "unsupported_live",
         }
     }
 

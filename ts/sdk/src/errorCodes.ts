@@ -40,6 +40,7 @@ export const ERROR_CODES = {
   bad_projection: { http: 400, wsClose: null, retryable: false },
   bad_query: { http: 400, wsClose: null, retryable: false },
   bad_pipeline: { http: 400, wsClose: null, retryable: false },
+  unsupported_live: { http: 400, wsClose: null, retryable: false },
   limit_exceeded: { http: 400, wsClose: null, retryable: false },
   result_too_large: { http: 400, wsClose: null, retryable: false },
   bad_update: { http: 400, wsClose: null, retryable: false },

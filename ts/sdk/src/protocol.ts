@@ -44,6 +44,8 @@ export type SubscribeMessage = {
   resumeFrom?: number;
   /** Start only once the node has applied this seq (read-your-writes on any node). */
   minSeq?: number;
+  /** A live aggregation (the stages of `POST /v1/aggregate`), instead of the query members. */
+  pipeline?: Doc[];
 } & QueryMembers;
 export type UnsubscribeMessage = { op: "unsubscribe"; sub: string };
 export type WriteMessage = { op: "write"; req: string; writes: CommitWrite[]; atomic?: boolean };
@@ -396,7 +398,9 @@ export function decodeClientMessage(v: unknown): ClientMessage {
       r.only(["op", "token"]);
       return { op: kind, token: r.str("token") };
     case "subscribe": {
-      r.only(["op", "sub", "collection", "collectionGroup", "filter", "sort", "skip", "limit", "projection", "resumeFrom", "minSeq"]);
+      r.only([
+        "op", "sub", "collection", "collectionGroup", "filter", "sort", "skip", "limit", "projection", "pipeline", "resumeFrom", "minSeq",
+      ]);
       const m: SubscribeMessage = { op: kind, sub: r.sub("sub") };
       const collection = r.optional("collection", Reader.str);
       const collectionGroup = r.optional("collectionGroup", Reader.str);
@@ -418,6 +422,7 @@ export function decodeClientMessage(v: unknown): ClientMessage {
       if (resumeFrom !== undefined) m.resumeFrom = resumeFrom;
       const minSeq = r.optional("minSeq", Reader.uint);
       if (minSeq !== undefined) m.minSeq = minSeq;
+      if (Object.hasOwn(o, "pipeline")) m.pipeline = r.list("pipeline", Reader.doc);
       return m;
     }
     case "unsubscribe":

@@ -4,6 +4,7 @@
 //! (`indexes.rs`), triggers and tasks (`triggers.rs`), listing collections (`collections.rs`),
 //! system records (`system.rs`).
 
+mod aggregate;
 mod collections;
 mod group_indexes;
 mod group_query;
@@ -14,6 +15,7 @@ mod submit;
 mod system;
 mod triggers;
 
+pub use aggregate::{AggregateOutcome, AGGREGATE_DOCS_MAX};
 pub use collections::COLLECTIONS_LIST_MAX;
 pub(crate) use group_query::check_group_query;
 pub use indexes::IndexListing;

@@ -2,6 +2,10 @@
 //! [`LiveView`] per distinct query (shared by all its subscribers), and sends every subscriber
 //! its initial result and then, per commit, the edits of its window.
 //!
+//! A view maintains a query's window ([`LiveView`]) or a live aggregation (`agg.rs`, subscribed
+//! with [`LiveEngine::subscribe_pipeline`]): the same grid registration (the head query's
+//! filter), initial result at an exact seq, replay, reset and sharing apply to both.
+//!
 //! Guarantees:
 //! - **No write missed or doubled.** A new subscription's initial result is read from the newest
 //!   snapshot and then rewound with the commits' before-images to exactly the engine's seq
@@ -24,6 +28,7 @@ use crate::db::check_group_query;
 use crate::db::Db;
 use crate::error::DbError;
 use crate::exec::{group_query, Restrict};
+use crate::live::agg::{AggView, Maintained};
 use crate::live::diff::ChangeEvent;
 use crate::live::feed::Commit;
 use crate::live::grid::{CellStatus, GridError, Inline, Matches, Matching};
@@ -32,6 +37,7 @@ use crate::live::message::{Events, Gap, Message, ResetReason};
 use crate::live::scope::Scope;
 use crate::live::view::{DocChange, LiveView, SLACK_DEFAULT};
 use crate::names::check_group;
+use herald_query::pipeline::LivePipeline;
 use herald_query::Query;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -63,8 +69,10 @@ pub struct SubscribeRequest {
     pub sink: Arc<dyn Sink>,
 }
 
+/// A request for the engine thread; a subscription with a pipeline is a live aggregation
+/// whose head query is the request's query.
 enum Request {
-    Subscribe(Box<SubscribeRequest>, Scope),
+    Subscribe(Box<SubscribeRequest>, Scope, Option<Arc<LivePipeline>>),
     Unsubscribe { conn: u64, sub: String },
     Disconnect { conn: u64 },
 }
@@ -78,7 +86,7 @@ struct View {
     /// The sharing key (`Engine::by_key` maps it back to this view's id).
     key: String,
     scope: Scope,
-    live: LiveView,
+    live: Maintained,
     subs: Vec<Subscriber>,
 }
 
@@ -170,14 +178,14 @@ impl LiveEngine {
 
     pub fn subscribe(&self, req: SubscribeRequest) -> Result<(), DbError> {
         let scope = Scope::Collection(req.collection.clone());
-        self.push(Request::Subscribe(Box::new(req), scope))
+        self.push(Request::Subscribe(Box::new(req), scope, None))
     }
 
     /// Subscribes to a collection-group query: every collection whose last segment is `group`
     /// (`req.collection` is ignored). Events name documents by full path and documents carry
     /// `_path`; `restrict` (an end user's read rules) decides per collection what is visible.
     /// Views are shared only by equal `req.key`s, so a restricted subscription's key must
-    /// identify its reader.
+    /// identify its reader. (Live aggregations over a group are not offered.)
     pub fn subscribe_group(
         &self,
         group: &str,
@@ -194,7 +202,18 @@ impl LiveEngine {
             restrict,
         );
         req.collection = scope.key();
-        self.push(Request::Subscribe(Box::new(req), scope))
+        self.push(Request::Subscribe(Box::new(req), scope, None))
+    }
+
+    /// Subscribes to a live aggregation: `req.query` is the pipeline's head query (filter and
+    /// sort, with any read rule ANDed in) and `req.key` must identify the pipeline too.
+    pub fn subscribe_pipeline(
+        &self,
+        req: SubscribeRequest,
+        pipeline: Arc<LivePipeline>,
+    ) -> Result<(), DbError> {
+        let scope = Scope::Collection(req.collection.clone());
+        self.push(Request::Subscribe(Box::new(req), scope, Some(pipeline)))
     }
 
     pub fn unsubscribe(&self, conn: u64, sub: &str) -> Result<(), DbError> {
@@ -371,7 +390,7 @@ impl Engine {
 
     fn handle(&mut self, r: Request) {
         match r {
-            Request::Subscribe(req, scope) => self.subscribe(*req, scope),
+            Request::Subscribe(req, scope, pipeline) => self.subscribe(*req, scope, pipeline),
             Request::Unsubscribe { conn, sub } => {
                 self.remove(|s| s.sink.conn() == conn && s.sub == sub)
             }
@@ -440,7 +459,7 @@ impl Engine {
         query.limit.map(|l| query.skip + l + SLACK_DEFAULT + 1)
     }
 
-    fn subscribe(&mut self, req: SubscribeRequest, scope: Scope) {
+    fn subscribe(&mut self, req: SubscribeRequest, scope: Scope, plan: Option<Arc<LivePipeline>>) {
         let SubscribeRequest {
             sub,
             collection: _,
@@ -458,13 +477,18 @@ impl Engine {
             .map_or(self.seq, |v| v.live.seq().max(self.seq));
         let db = self.shared.db.clone();
         if let Some(r) = resume_from.filter(|r| *r != seq) {
-            match self.replay(&db, &scope, &query, r, seq, &sub, &*sink) {
+            let target = Target {
+                scope: &scope,
+                query: &query,
+                plan: plan.as_ref(),
+            };
+            match self.replay(&db, target, r, seq, &sub, &*sink) {
                 Ok(Replayed::Done) => {}
                 Ok(Replayed::Gap(gap)) => {
                     if !sink.send(reset_msg(&sub, ResetReason::Resume { from: r, gap })) {
                         return;
                     }
-                    self.attach(&db, sub, scope, query, key, sink, true);
+                    self.attach(&db, sub, scope, query, plan, key, sink, true);
                     return;
                 }
                 Err(e) => {
@@ -472,26 +496,25 @@ impl Engine {
                     return;
                 }
             }
-            self.attach(&db, sub, scope, query, key, sink, false);
+            self.attach(&db, sub, scope, query, plan, key, sink, false);
             return;
         }
         let send_initial = resume_from.is_none();
-        self.attach(&db, sub, scope, query, key, sink, send_initial);
+        self.attach(&db, sub, scope, query, plan, key, sink, send_initial);
     }
 
     /// Sends the commits after `from` up to `to` as change batches for a private
     /// copy of the view. [`Replayed::Gap`] when that history is not available, and why.
-    #[allow(clippy::too_many_arguments)]
     fn replay(
         &self,
         db: &Db,
-        scope: &Scope,
-        query: &Query,
+        target: Target<'_>,
         from: u64,
         to: u64,
         sub: &str,
         sink: &dyn Sink,
     ) -> Result<Replayed, DbError> {
+        let Target { scope, query, plan } = target;
         if from > to {
             return Ok(Replayed::Gap(Gap::Unknown));
         }
@@ -507,7 +530,15 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
-        let mut view = new_view(scope, query.clone(), docs, from);
+        let mut view = match plan {
+            None => Maintained::Query(new_view(scope, query.clone(), docs, from)),
+            Some(p) => Maintained::Agg(Box::new(AggView::new(
+                p.clone(),
+                query.clone(),
+                docs,
+                from,
+            )?)),
+        };
         let mut at = from;
         while at < to {
             let upto = to.min(at + CATCH_UP_COMMITS_MAX);
@@ -532,6 +563,7 @@ impl Engine {
         sub: String,
         scope: Scope,
         query: Query,
+        plan: Option<Arc<LivePipeline>>,
         key: String,
         sink: Arc<dyn Sink>,
         send_initial: bool,
@@ -540,7 +572,16 @@ impl Engine {
             Some(&id) => id,
             None => match self.first_result(db, &scope, &query, send_initial) {
                 Ok((docs, seq)) => {
-                    let live = new_view(&scope, query, docs, seq);
+                    let live = match &plan {
+                        None => Maintained::Query(new_view(&scope, query, docs, seq)),
+                        Some(p) => match AggView::new(p.clone(), query, docs, seq) {
+                            Ok(a) => Maintained::Agg(Box::new(a)),
+                            Err(e) => {
+                                sink.send(Message::error(&sub, &e));
+                                return;
+                            }
+                        },
+                    };
                     let id = match self.free.pop() {
                         Some(id) => id,
                         None => {
@@ -563,7 +604,7 @@ impl Engine {
                 // `first_result`): a reset and a fresh result, as when the log is gone.
                 Err(DbError::LimitExceeded(_)) if !send_initial => {
                     if sink.send(reset_msg(&sub, ResetReason::ReplayBehind)) {
-                        self.attach(db, sub, scope, query, key, sink, true);
+                        self.attach(db, sub, scope, query, plan, key, sink, true);
                     }
                     return;
                 }
@@ -617,6 +658,7 @@ impl Engine {
                         s.sub,
                         v.scope.clone(),
                         v.live.query().clone(),
+                        v.live.plan().cloned(),
                         v.key.clone(),
                         s.sink,
                         true,
@@ -719,7 +761,7 @@ impl Deliver<'_> {
 fn apply_changes(
     db: &Db,
     scope: &Scope,
-    view: &mut LiveView,
+    view: &mut Maintained,
     seq: u64,
     changes: &[DocChange<'_>],
 ) -> Result<Events, DbError> {
@@ -733,7 +775,7 @@ fn apply_changes(
 fn apply_commit(
     db: &Db,
     scope: &Scope,
-    view: &mut LiveView,
+    view: &mut Maintained,
     commit: &Commit,
 ) -> Result<Events, DbError> {
     let owned;
@@ -777,12 +819,21 @@ fn group_changes(
         .collect()
 }
 
-/// A view of `scope` (a group's knows documents by path).
+/// A query view of `scope` (a group's knows documents by path).
 fn new_view(scope: &Scope, query: Query, docs: Vec<Value>, seq: u64) -> LiveView {
     match scope {
         Scope::Collection(_) => LiveView::new(query, SLACK_DEFAULT, docs, seq),
         Scope::Group(_) => LiveView::new_group(query, SLACK_DEFAULT, docs, seq),
     }
+}
+
+/// What a replay rebuilds: a query's window, or (with a pipeline) an aggregation over the
+/// query's result.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    scope: &'a Scope,
+    query: &'a Query,
+    plan: Option<&'a Arc<LivePipeline>>,
 }
 
 /// How a resume's replay ended.
@@ -831,8 +882,7 @@ fn top_at_scope(
         let (docs, seq) = scope.top(db, query, n.map(|n| n + extra))?;
         if seq < target {
             return Err(DbError::Corrupt(format!(
-                "snapshot seq {} is older than {target}",
-                seq
+                "snapshot seq {seq} is older than {target}"
             )));
         }
         let commits = db.commits_between(target, seq)?.into_commits()?;

@@ -8,7 +8,12 @@
 //! Invariant (checked by the model test in `tests/it/live_model.rs`): after every commit, applying
 //! the emitted events to the client's previous list yields exactly the pull query's result at that
 //! commit's seq.
+//!
+//! Live aggregations (`agg.rs`) share the engine: their views register the pipeline's head query
+//! with the grid like a query view, and feed the matched changes to herald-query's incremental
+//! `LiveAgg`; their result rows are diffed into the same events.
 
+mod agg;
 mod diff;
 pub mod engine;
 pub mod grid;

@@ -5,7 +5,12 @@
 //! - `$sum` adds numbers and ignores everything else (an empty or all-non-numeric group sums to
 //!   the integer 0). Integers are summed exactly (in an i128); the result is an integer when no
 //!   double was added and it fits 64 bits, else a double, as MongoDB widens int -> long -> double.
-//! - `$avg` is the double mean of the numbers; `null` when the group has none.
+//!   With doubles, the exact sum of every term is rounded once to the nearest double
+//!   (`exact.rs`): the result does not depend on the order of the terms (MongoDB's own
+//!   double-double summation is within an ulp of it; summing one by one is not), and a term can
+//!   be removed exactly, which live aggregation needs.
+//! - `$avg` is the double mean of the numbers (that sum divided by their count); `null` when the
+//!   group has none.
 //! - `$min`/`$max` compare with the value order and ignore `null` and missing; `null` when nothing
 //!   else was seen. Arrays are compared as whole values (no traversal).
 //! - `$first`/`$last`: the value for the group's first/last document in input order; missing
@@ -14,11 +19,11 @@
 //!   the value order, so `1` and `1.0` are one), first-seen order.
 //! - `$count`: the number of documents (`{"$count": {}}`, the same as `{"$sum": 1}`).
 //!
-//! Live aggregation (later) needs removal as well as addition. The state is shaped for it: sums
-//! keep an exact integer part and a count, so removing a document is a subtraction; min/max will
-//! keep an ordered multiset per group (`BTreeMap<key bytes, count>`) instead of the best value;
-//! `$first`/`$last`/`$push` need the group's documents in order. Only addition exists today.
+//! Live aggregation (`live.rs`) needs removal as well as addition: it keeps a [`NumSum`] per group
+//! (removal is exact, [`NumSum::remove`]) and its own state for the other accumulators (an
+//! ordered multiset for min/max, the contributions in input order).
 
+use super::exact::ExactSum;
 use super::expr::{bad, AggExpr};
 use super::size::approx_bytes;
 use crate::error::QueryError;
@@ -125,11 +130,11 @@ impl Accumulator {
 }
 
 /// An exact running sum of numbers: integers in an i128 (no overflow for 2^64 additions of
-/// 64-bit values), doubles apart.
+/// 64-bit values), doubles apart in an exact accumulator (made at the first double).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NumSum {
     ints: i128,
-    doubles: f64,
+    doubles: Option<ExactSum>,
     /// How many doubles were added (any makes the result a double).
     n_doubles: u64,
     /// How many numbers were added.
@@ -137,32 +142,66 @@ pub struct NumSum {
 }
 
 impl NumSum {
-    fn add(&mut self, v: &Value) {
+    pub(super) fn add(&mut self, v: &Value) {
+        self.put(v, false);
+    }
+
+    /// Removes a value added before: the sum is then exactly as if it had never been added.
+    pub(super) fn remove(&mut self, v: &Value) {
+        self.put(v, true);
+    }
+
+    fn put(&mut self, v: &Value, remove: bool) {
         if let Value::Number(n) = v {
             match Num::of(n) {
                 Num::F(f) => {
-                    self.doubles += f;
-                    self.n_doubles += 1;
+                    self.doubles
+                        .get_or_insert_with(ExactSum::default)
+                        .add_f64(f, remove);
+                    if remove {
+                        self.n_doubles -= 1;
+                    } else {
+                        self.n_doubles += 1;
+                    }
                 }
-                other => self.ints += other.as_i128().unwrap_or(0),
+                other => {
+                    let i = other.as_i128().unwrap_or(0);
+                    self.ints += if remove { -i } else { i };
+                }
             }
-            self.n += 1;
+            if remove {
+                self.n -= 1;
+            } else {
+                self.n += 1;
+            }
         }
     }
 
-    fn total(&self) -> Value {
+    /// The sum as a double, rounded once.
+    fn as_f64(&self) -> f64 {
+        match &self.doubles {
+            Some(d) if self.n_doubles > 0 => {
+                let mut d = d.clone();
+                d.add_i128(self.ints, false);
+                d.to_f64()
+            }
+            _ => self.ints as f64,
+        }
+    }
+
+    pub(super) fn total(&self) -> Value {
         if self.n_doubles == 0 {
             if let Ok(i) = i64::try_from(self.ints) {
                 return Value::from(i);
             }
         }
-        double(self.ints as f64 + self.doubles)
+        double(self.as_f64())
     }
 
-    fn mean(&self) -> Value {
+    pub(super) fn mean(&self) -> Value {
         match self.n {
             0 => Value::Null,
-            n => double((self.ints as f64 + self.doubles) / n as f64),
+            n => double(self.as_f64() / n as f64),
         }
     }
 }
@@ -313,6 +352,31 @@ mod tests {
             run(s, &[Some(json!("a")), None, Some(json!(null))]).to_string(),
             "0"
         );
+    }
+
+    #[test]
+    fn double_sums_round_once_whatever_the_order() {
+        let s = json!({"$sum": "$n"});
+        let terms = [
+            Some(json!(0.1)),
+            Some(json!(0.2)),
+            Some(json!(0.3)),
+            Some(json!(1)),
+        ];
+        let mut rev = terms.clone();
+        rev.reverse();
+        // One by one, 0.1 + 0.2 + 0.3 is 0.6000000000000001 and 0.3 + 0.2 + 0.1 is 0.6.
+        assert_eq!(run(s.clone(), &terms).to_string(), "1.6");
+        assert_eq!(run(s.clone(), &rev).to_string(), "1.6");
+        assert_eq!(run(json!({"$avg": "$n"}), &terms).to_string(), "0.4");
+        let big = [Some(json!(1e308)), Some(json!(1e308)), Some(json!(-1e308))];
+        assert_eq!(run(s, &big), json!(1e308));
+        // Removal is exact: back to integers, the sum prints as one.
+        let mut sum = NumSum::default();
+        sum.add(&json!(2));
+        sum.add(&json!(0.1));
+        sum.remove(&json!(0.1));
+        assert_eq!(sum.total().to_string(), "2");
     }
 
     #[test]

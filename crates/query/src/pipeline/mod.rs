@@ -9,20 +9,31 @@
 //!
 //! A caller with a faster path for the head of the pipeline (an index plan) takes it with
 //! [`Pipeline::head_query`] and runs the rest with [`Pipeline::run_from`]; [`Pipeline::run`] is the
-//! reference evaluation that every such path must agree with. Input order matters to
+//! reference evaluation that every such path must agree with. [`Pipeline::streaming`] runs the
+//! stages after the head one input document at a time when they end in a `$group` or `$count`
+//! (`stream.rs`), and [`Pipeline::count_shape`] / [`Pipeline::extreme`] name the shapes an index
+//! answers without reading documents. Input order matters to
 //! `$first`/`$last`/`$push`: the input is the head query's result, ordered by `_id` unless sorted.
+//!
+//! `live.rs` maintains a pipeline's result incrementally from document changes ([`LivePipeline`],
+//! [`LiveAgg`]) for live aggregations; it must always equal [`Pipeline::run`].
 
 mod accum;
+mod exact;
 mod expr;
 mod group;
+mod live;
 mod project;
 mod size;
+mod stream;
 mod unwind;
 
 pub use accum::{AccOp, AccState, Accumulator, NumSum};
 pub use expr::{field_path, AggExpr};
-pub use group::Group;
+pub use group::{Group, GroupRun};
+pub use live::{row_id, LiveAgg, LivePipeline};
 pub use project::Project;
+pub use stream::{CountShape, Extreme, Streaming};
 pub use unwind::Unwind;
 
 use crate::error::QueryError;

@@ -4,10 +4,12 @@
 //! The head of the pipeline (a leading `$match`, and a `$sort`/`$skip`/`$limit` right after it)
 //! runs as a query through the database's planner at one snapshot, with an end user's read rule
 //! ANDed into its filter exactly as `POST /v1/query` does: the stages after it only ever see
-//! documents the user may read, so a user's count counts only those. The rest of the pipeline
-//! runs in memory over the query's result (herald-query's `pipeline`, bounded by its limits), on
-//! the blocking pool like a query. With `collectionGroup` the head query runs over the group
-//! (documents carry `_path`), an end user's rule ANDed in per collection.
+//! documents the user may read, so a user's count counts only those. `Db::aggregate` runs it
+//! (counts and min/max from indexes, streamed groups, or the rest of the pipeline in memory over
+//! the query's result, bounded by herald-query's limits), on the blocking pool like a query.
+//! With `collectionGroup` the head query runs over the group (`Db::query_group`: documents
+//! carry `_path`, an end user's rule ANDed in per collection) and the rest of the pipeline in
+//! memory over its result.
 
 use crate::api::body::read_typed;
 use crate::api::error::{ApiError, ApiResult};
@@ -16,7 +18,7 @@ use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::Json;
-use herald_db::{DbError, Restrict, QUERY_DOCS_MAX};
+use herald_db::{DbError, Restrict, AGGREGATE_DOCS_MAX, QUERY_DOCS_MAX};
 use herald_protocol::{AggregateBody, AggregateExplain, AggregateReply, ErrorCode, QueryParts};
 use herald_query::pipeline::{Pipeline, Stage};
 use serde_json::Value;
@@ -30,25 +32,13 @@ pub async fn aggregate(
     crate::api::min_seq::wait_min_seq(&st, body.min_seq, false).await?;
     let explain = body.explain.unwrap_or(false);
     let collection = body.collection;
-    let group = body.collection_group;
+    if let Some(group) = body.collection_group {
+        return aggregate_group(st, p, group, body.pipeline, explain).await;
+    }
     let spec = Value::Array(body.pipeline);
     let pipeline = Pipeline::parse(&spec).map_err(|e| ApiError::lib(e.code(), e.to_string()))?;
-    let (mut q, covered) = pipeline.head_query(QUERY_DOCS_MAX);
-    let head_filter = match pipeline.stages().first() {
-        Some(Stage::Match(_)) => spec[0].get("$match").cloned(),
-        _ => None,
-    };
-    let mut user_restrict = None;
-    if let (Some(g), Some(user)) = (&group, p.user()) {
-        if explain {
-            return Err(ApiError::new(
-                ErrorCode::PermissionDenied,
-                "explain needs an admin or service key",
-            ));
-        }
-        herald_db::check_group(g)?;
-        user_restrict = Some(UserRestrict::new(&st, user, head_filter.clone(), q.clone()));
-    } else if let Some(user) = p.user() {
+    let mut filter = None;
+    if let Some(user) = p.user() {
         if explain {
             // Plans count examined documents, hidden ones included.
             return Err(ApiError::new(
@@ -58,19 +48,73 @@ pub async fn aggregate(
         }
         // The head filter as JSON, so the rule is ANDed in exactly as for a query.
         let mut parts = QueryParts {
-            filter: head_filter,
+            filter: match pipeline.stages().first() {
+                Some(Stage::Match(_)) => spec[0].get("$match").cloned(),
+                _ => None,
+            },
             ..QueryParts::default()
         };
         restrict(&st, &mut parts, &collection, user)?;
-        q.filter = query_of(&parts)?.filter;
+        filter = Some(query_of(&parts)?.filter);
     }
     let db = st.db.clone();
     let out = tokio::task::spawn_blocking(move || {
-        let head = match &group {
-            Some(g) => db.query_group(g, &q, user_restrict.as_ref().map(|r| r as &dyn Restrict)),
-            None => db.query(&collection, &q),
+        let out = db
+            .aggregate(&collection, &pipeline, filter)
+            .map_err(too_large)?;
+        let explain = explain.then(|| AggregateExplain {
+            query: explain_of(out.explain),
+            stages_in_query: out.stages_in_query as u64,
+            stages: pipeline.stages()[out.stages_in_query.min(pipeline.stages().len())..]
+                .iter()
+                .map(|s| s.name().to_string())
+                .collect(),
+        });
+        Ok::<_, ApiError>(AggregateReply {
+            docs: out.docs,
+            seq: out.seq,
+            explain,
+        })
+    })
+    .await
+    .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))??;
+    Ok(Json(out))
+}
+
+/// An aggregation over a collection group: the head query over the group, then the rest of
+/// the pipeline in memory over its result (at most `QUERY_DOCS_MAX` documents).
+async fn aggregate_group(
+    st: AppState,
+    p: crate::auth::Principal,
+    group: String,
+    stages: Vec<Value>,
+    explain: bool,
+) -> ApiResult<Json<AggregateReply>> {
+    herald_db::check_group(&group)?;
+    let spec = Value::Array(stages);
+    let pipeline = Pipeline::parse(&spec).map_err(|e| ApiError::lib(e.code(), e.to_string()))?;
+    let (q, covered) = pipeline.head_query(QUERY_DOCS_MAX);
+    let restrict = match p.user() {
+        Some(_) if explain => {
+            return Err(ApiError::new(
+                ErrorCode::PermissionDenied,
+                "explain needs an admin or service key",
+            ))
         }
-        .map_err(too_large)?;
+        Some(user) => {
+            let head_filter = match pipeline.stages().first() {
+                Some(Stage::Match(_)) => spec[0].get("$match").cloned(),
+                _ => None,
+            };
+            Some(UserRestrict::new(&st, user, head_filter, q.clone()))
+        }
+        None => None,
+    };
+    let db = st.db.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let head = db
+            .query_group(&group, &q, restrict.as_ref().map(|r| r as &dyn Restrict))
+            .map_err(too_large)?;
         let docs = pipeline
             .run_from(covered, head.docs)
             .map_err(|e| ApiError::lib(e.code(), e.to_string()))?;
@@ -93,14 +137,19 @@ pub async fn aggregate(
     Ok(Json(out))
 }
 
-/// The database's cap on a query's result is the cap on an aggregation's input: say so.
+/// The database's caps on an aggregation's input: say which, and what to do.
 fn too_large(e: DbError) -> ApiError {
     match e {
+        DbError::ResultTooLarge(n) if n == AGGREGATE_DOCS_MAX => ApiError::new(
+            ErrorCode::ResultTooLarge,
+            format!("the aggregation reads more than {n} documents; narrow its leading $match"),
+        ),
         DbError::ResultTooLarge(n) => ApiError::new(
             ErrorCode::ResultTooLarge,
             format!(
-                "the aggregation reads more than {n} documents; narrow its leading $match \
-                 (or $limit it)"
+                "the aggregation's head query returns more than {n} documents; narrow its \
+                 leading $match, $limit it, or end the per-document stages after it in a \
+                 $group or $count (those stream up to {AGGREGATE_DOCS_MAX} documents)"
             ),
         ),
         e => e.into(),

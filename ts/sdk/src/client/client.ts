@@ -2,7 +2,8 @@
 // SDK is (docs/sdk.md):
 // - the mutation queue (mutationQueue.ts): the durable write queue, mutation ids, retries;
 // - the document cache (documentCache.ts): last known server state, persisted, bounded;
-// - the listen registry (listenRegistry.ts): subscriptions, their local views and snapshots;
+// - the listen registry (listenRegistry.ts): subscriptions, their local views and snapshots
+//   (and pipelineListens.ts: live aggregations, online only);
 // - the sync loop (sync.ts): the live connection's state machine (connect, auth, resume,
 //   reset, heartbeat), which feeds the registry and wakes the queue.
 // The facade owns references, one-shot reads and administration (straight over HTTP), and
@@ -11,7 +12,7 @@ import { Query, type QuerySpec } from "../query/query.js";
 import { QueryError } from "../query/errors.js";
 import type { Doc } from "../query/value.js";
 import { COMMIT_WRITES_MAX } from "../limits.js";
-import { decodeQueryResult, type CommitResult } from "../protocol.js";
+import { decodeQueryResult, type CommitResult, type QueryResult } from "../protocol.js";
 import {
   Admin,
   type ClusterStatus,
@@ -27,6 +28,7 @@ import { Http, type Fetch } from "./http.js";
 import { ListenRegistry, snapshot, type ListenLink, type Listener } from "./listenRegistry.js";
 import { MutationQueue, PENDING_WRITES_MAX } from "./mutationQueue.js";
 import { MemoryPersistence, type Persistence } from "./persistence.js";
+import { PipelineListens, type AggregateSnapshot } from "./pipelineListens.js";
 import { CollectionGroupRef, CollectionRef, DocumentRef, QueryRef, toWire, wireQuery, type Write } from "./refs.js";
 import type { DocumentSnapshot, QuerySnapshot } from "./snapshot.js";
 import { SyncLoop, type BackoffOptions, type ConnectionState, type WebSocketConstructor } from "./sync.js";
@@ -79,6 +81,7 @@ export class Herald {
   private readonly cache: DocumentCache;
   private readonly queue: MutationQueue;
   private readonly listens: ListenRegistry;
+  private readonly pipelines: PipelineListens;
   private readonly sync: SyncLoop;
   /** Resolves once the persisted queue and cache are restored; everything waits for it. */
   private readonly ready: Promise<void>;
@@ -115,6 +118,7 @@ export class Herald {
       },
     };
     this.listens = new ListenRegistry(this.cache, this.queue, link);
+    this.pipelines = new PipelineListens({ send: (m) => loop().send(m), minSeq: () => this.queue.minSeq() });
     this.sync = new SyncLoop(
       {
         url: base.replace(/^http/, "ws") + "/v1/ws",
@@ -131,6 +135,7 @@ export class Herald {
       },
       this.listens,
       this.queue,
+      this.pipelines,
     );
     this.ready = this.restore();
     void this.ready.then(() => this.sync.start());
@@ -266,6 +271,21 @@ export class Herald {
     return snapshot(view.docs, [], { hasPendingWrites: view.pending, fromCache }, seq);
   }
 
+  /**
+   * Runs an aggregation pipeline on the server (`POST /v1/aggregate`): the output rows and the
+   * seq of the snapshot they were computed from, after this client's acknowledged writes. The
+   * stages are MongoDB's (`$match`, `$group`, `$sort`, `$skip`, `$limit`, `$project`, `$count`,
+   * `$unwind`); with authentication, the read rule applies before the first stage. It needs the
+   * server: there is no local evaluation, and an unreachable server rejects with a retryable
+   * `HeraldError`.
+   */
+  async aggregate(collection: CollectionRef | string, pipeline: Doc[]): Promise<QueryResult> {
+    await this.ready;
+    const path = typeof collection === "string" ? collection : collection.path;
+    const body = { collection: path, pipeline, ...this.queue.minSeq() };
+    return decodeQueryResult(await this.http.request("POST", "/v1/aggregate", body));
+  }
+
   // ---- administration (straight to the server; admin key when authentication is on) ----
 
   /** Every collection holding at least one document, in byte order (`GET /v1/collections`). */
@@ -397,6 +417,32 @@ export class Herald {
     }
     const listener: Listener = { next: deliver, error, includeMetadataChanges: options.includeMetadataChanges === true };
     return this.listens.add(wireQuery(q), q.parsed, listener, this.ready);
+  }
+
+  /**
+   * Listens to a live aggregation: `pipeline` holds the stages of `POST /v1/aggregate` (a
+   * `$group` or `$count`, see docs/live-queries.md for the shape maintained live). `next` gets
+   * the result rows from the server's `initial`, then after every commit that changes them,
+   * with the edits. Online only: no snapshot from the cache, pending writes not applied. A
+   * pipeline the server refuses (`unsupported_live`, `bad_pipeline`...) reaches `error`.
+   * Returns the function that stops listening.
+   */
+  onAggregate<T = Doc>(
+    collection: string,
+    pipeline: Record<string, unknown>[],
+    next: (s: AggregateSnapshot<T>) => void,
+    error?: (e: Error) => void,
+  ): () => void {
+    let stop: (() => void) | undefined;
+    let stopped = false;
+    const deliver = next as unknown as (s: AggregateSnapshot) => void;
+    void this.ready.then(() => {
+      if (!stopped) stop = this.pipelines.add(collection, pipeline as Doc[], { next: deliver, error });
+    });
+    return () => {
+      stopped = true;
+      stop?.();
+    };
   }
 
   private async restore(): Promise<void> {

@@ -37,6 +37,7 @@ import { assertNever, decodeServerMessage, type ClientMessage, type ServerMessag
 import { HeraldError } from "./errors.js";
 import type { Listen, ListenLink, ListenRegistry } from "./listenRegistry.js";
 import type { MutationQueue } from "./mutationQueue.js";
+import type { PipelineListens } from "./pipelineListens.js";
 
 /** The part of the WebSocket API the client uses (browsers' WebSocket and the `ws` package). */
 export interface WebSocketLike {
@@ -92,6 +93,8 @@ export class SyncLoop implements ListenLink {
     private readonly o: SyncOptions,
     private readonly listens: ListenRegistry,
     private readonly queue: MutationQueue,
+    /** Live aggregations (pipeline subscriptions), online only. */
+    private readonly pipelines?: PipelineListens,
   ) {}
 
   get current(): ConnectionState {
@@ -211,10 +214,19 @@ export class SyncLoop implements ListenLink {
     this.attempt = 0;
     this.setState("online");
     for (const l of this.listens.all()) this.subscribe(l);
+    this.pipelines?.resubscribe();
     this.queue.resume();
   }
 
   private onMessage(msg: ServerMessage): void {
+    const p = this.pipelines;
+    if (p !== undefined && "sub" in msg && msg.sub !== undefined && p.owns(msg.sub)) {
+      if (msg.type === "initial") p.applyInitial(msg);
+      else if (msg.type === "changes") p.applyChanges(msg);
+      else if (msg.type === "reset") p.applyReset(msg.sub);
+      else if (msg.type === "error") p.applyError({ ...msg, sub: msg.sub });
+      return;
+    }
     switch (msg.type) {
       case "initial":
         return this.listens.applyInitial(msg);

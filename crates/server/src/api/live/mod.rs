@@ -16,9 +16,12 @@
 //! reconnects and resumes from the last seq it saw.
 //!
 //! An end user's subscriptions have the read rule ANDed into their filter
-//! (`query::restrict`; for a collection group, per collection: `query::UserRestrict`), so they
-//! see only readable documents; when the rules change, end-user
-//! connections close (their clients reconnect and subscribe under the new rules).
+//! (`query::restrict`), so they see only readable documents; when the rules change, end-user
+//! connections close (their clients reconnect and subscribe under the new rules). A live
+//! aggregation (`pipeline` instead of the query members) has the rule ANDed into its head
+//! `$match` the same way, before anything is aggregated (`pipeline_subscription`). A
+//! collection-group subscription has each collection's rule ANDed in for that collection's
+//! documents (`query::UserRestrict`, `start_group_subscription`).
 
 pub mod conn;
 pub mod session;
@@ -36,6 +39,7 @@ use crate::auth::Principal;
 use crate::state::AppState;
 use axum::http::HeaderMap;
 use herald_protocol::{ErrorCode, QueryParts, ServerMessage};
+use herald_query::pipeline::{LivePipeline, Pipeline, Stage};
 use herald_query::Query;
 use serde_json::json;
 use std::borrow::Cow;
@@ -106,6 +110,47 @@ fn resumable(
     Some(r)
 }
 
+/// Why a live aggregation over a collection group is refused.
+pub(crate) const GROUP_PIPELINE: &str = "live aggregations over a collection group are not \
+     supported: subscribe to the group's query, or aggregate it with POST /v1/aggregate";
+
+/// Hands a collection-group subscription to the engine: an end user's read rule is ANDed in
+/// per collection (`query::UserRestrict`), and such a view is shared only by subscriptions of
+/// the same user under the same rules.
+pub(crate) fn start_group_subscription(
+    st: &AppState,
+    principal: &Principal,
+    group: String,
+    parts: QueryParts,
+    sub: String,
+    resume_from: Option<u64>,
+    sink: std::sync::Arc<dyn herald_db::live::Sink>,
+) -> Result<(), ApiError> {
+    herald_db::check_group(&group)?;
+    let (query, key) = subscription_key(&format!("*/{group}"), &parts)?;
+    let (restrict, key) = match principal.user() {
+        Some(user) => {
+            let r =
+                crate::api::query::UserRestrict::new(st, user, parts.filter.clone(), query.clone());
+            let who = format!("{key}\nrules {} user {:?}", st.auth.rules_seq(), user.ctx);
+            (
+                Some(std::sync::Arc::new(r) as std::sync::Arc<dyn herald_db::Restrict>),
+                who,
+            )
+        }
+        None => (None, key),
+    };
+    let req = herald_db::live::SubscribeRequest {
+        sub,
+        collection: String::new(),
+        query,
+        key,
+        resume_from,
+        sink,
+    };
+    Ok(st.live.subscribe_group(&group, req, restrict)?)
+}
+
 /// A subscription's query, and its sharing key (equal keys share one engine view).
 fn subscription(collection: &str, parts: &QueryParts) -> Result<(Query, String), ApiError> {
     herald_db::check_collection(collection)?;
@@ -130,69 +175,57 @@ fn subscription_key(scope: &str, parts: &QueryParts) -> Result<(Query, String), 
     Ok((query, key))
 }
 
-/// What a subscription watches, from its members: one collection, or a collection group.
-pub(crate) enum Target {
-    Collection(String),
-    Group(String),
-}
-
-/// Hands a subscription to the engine. A collection's has an end user's read rule ANDed into
-/// its filter; a collection group's has it ANDed per collection (`query::UserRestrict`), and is
-/// shared only by subscriptions of the same user under the same rules.
-pub(crate) fn start_subscription(
+/// A live aggregation's head query (an end user's read rule ANDed into its filter, as for a
+/// pull aggregation), its checked pipeline and its sharing key. A pipeline comes without the
+/// query members (`bad_query`); one the engine cannot maintain is refused by stage
+/// (`unsupported_live`).
+fn pipeline_subscription(
     st: &AppState,
     principal: &Principal,
-    target: Target,
-    mut parts: QueryParts,
-    sub: String,
-    resume_from: Option<u64>,
-    sink: std::sync::Arc<dyn herald_db::live::Sink>,
-) -> Result<(), ApiError> {
-    let collection = match target {
-        Target::Collection(c) => c,
-        Target::Group(group) => {
-            herald_db::check_group(&group)?;
-            let (query, key) = subscription_key(&format!("*/{group}"), &parts)?;
-            let (restrict, key) = match principal.user() {
-                Some(user) => {
-                    let r = crate::api::query::UserRestrict::new(
-                        st,
-                        user,
-                        parts.filter.clone(),
-                        query.clone(),
-                    );
-                    let who = format!("{key}\nrules {} user {:?}", st.auth.rules_seq(), user.ctx);
-                    (
-                        Some(std::sync::Arc::new(r) as std::sync::Arc<dyn herald_db::Restrict>),
-                        who,
-                    )
-                }
-                None => (None, key),
-            };
-            let req = herald_db::live::SubscribeRequest {
-                sub,
-                collection: String::new(),
-                query,
-                key,
-                resume_from,
-                sink,
-            };
-            return Ok(st.live.subscribe_group(&group, req, restrict)?);
-        }
+    collection: &str,
+    parts: &QueryParts,
+    stages: Vec<serde_json::Value>,
+) -> Result<(Query, std::sync::Arc<LivePipeline>, String), ApiError> {
+    let QueryParts {
+        filter,
+        sort,
+        skip,
+        limit,
+        projection,
+    } = parts;
+    if [filter, sort, skip, limit, projection]
+        .iter()
+        .any(|m| m.is_some())
+    {
+        return Err(ApiError::new(
+            ErrorCode::BadQuery,
+            "a subscription takes either 'pipeline' or the query members              (filter, sort, skip, limit, projection), not both",
+        ));
+    }
+    herald_db::check_collection(collection)?;
+    let spec = serde_json::Value::Array(stages);
+    let lib = |e: herald_query::QueryError| ApiError::lib(e.code(), e.to_string());
+    let plan = LivePipeline::new(Pipeline::parse(&spec).map_err(lib)?).map_err(lib)?;
+    let mut head = plan.head().clone();
+    // The head filter as JSON, so a read rule is ANDed in exactly as for a query.
+    let mut parts = QueryParts {
+        filter: match plan.pipeline().stages().first() {
+            Some(Stage::Match(_)) => spec[0].get("$match").cloned(),
+            _ => None,
+        },
+        ..QueryParts::default()
     };
     if let Some(user) = principal.user() {
-        crate::api::query::restrict(st, &mut parts, &collection, user)?;
+        crate::api::query::restrict(st, &mut parts, collection, user)?;
+        head.filter = crate::api::query::query_of(&parts)?.filter;
     }
-    let (query, key) = subscription(&collection, &parts)?;
-    let req = herald_db::live::SubscribeRequest {
-        sub,
-        collection,
-        query,
-        key,
-        resume_from,
-        sink,
-    };
-    Ok(st.live.subscribe(req)?)
+    // '\u{1}' cannot start a collection path (control characters are refused), so no query's
+    // key (`{collection}\n...`) is ever a pipeline's.
+    let key = format!(
+        "\u{1}pipeline\n{collection}\n{}",
+        json!([crate::api::query::or_null(&parts.filter), spec])
+    );
+    Ok((head, std::sync::Arc::new(plan), key))
 }
 
 /// Refuses a request whose `Origin` is not allowed (`--allowed-origins`); requests without an

@@ -1,5 +1,6 @@
 //! Server-Sent Events: `GET /v1/subscribe?collection=..&filter=<json>&sort=<json>&skip=..&
-//! limit=..&projection=<json>&resumeFrom=..`, one subscription (`"sse"`) per stream. Each event's
+//! limit=..&projection=<json>&resumeFrom=..` (or `pipeline=<json>` for a live aggregation instead
+//! of the query parameters), one subscription (`"sse"`) per stream. Each event's
 //! `data:` is a server message and its `id:` the message's seq, so an `EventSource` that
 //! reconnects sends `Last-Event-ID` and resumes.
 
@@ -8,8 +9,8 @@ use crate::api::error::ApiError;
 use crate::api::live::conn::{encode, Conn};
 use crate::api::live::session::reached;
 use crate::api::live::{
-    check_origin, reset, resumable, start_subscription, token_expired, Target, HEARTBEAT,
-    SLOW_CONSUMER,
+    check_origin, pipeline_subscription, reset, resumable, start_group_subscription, subscription,
+    token_expired, GROUP_PIPELINE, HEARTBEAT, SLOW_CONSUMER,
 };
 use crate::auth::Principal;
 use crate::state::AppState;
@@ -17,6 +18,7 @@ use axum::extract::{Query as UrlQuery, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
+use herald_db::live::SubscribeRequest;
 use herald_db::Clock;
 use herald_protocol::{Decode, ErrorCode, QueryParts, ServerMessage, SubscribeParams};
 use serde_json::{Map, Value};
@@ -28,7 +30,9 @@ use std::sync::atomic::Ordering;
 const SUB: &str = "sse";
 
 /// The parameters as the protocol's type: unknown ones refused, each JSON one parsed.
-fn params_of(params: HashMap<String, String>) -> Result<(SubscribeParams, QueryParts), ApiError> {
+type Params = (SubscribeParams, QueryParts, Option<Vec<Value>>);
+
+fn params_of(params: HashMap<String, String>) -> Result<Params, ApiError> {
     let m: Map<String, Value> = params
         .into_iter()
         .map(|(k, v)| (k, Value::String(v)))
@@ -54,7 +58,17 @@ fn params_of(params: HashMap<String, String>) -> Result<(SubscribeParams, QueryP
         projection: json("projection", &p.projection)?,
     };
     json("resumeFrom", &p.resume_from)?;
-    Ok((p, parts))
+    let pipeline = match json("pipeline", &p.pipeline)? {
+        None => None,
+        Some(Value::Array(stages)) => Some(stages),
+        Some(_) => {
+            return Err(ApiError::new(
+                ErrorCode::BadPipeline,
+                "parameter 'pipeline' must be a JSON array of stages",
+            ))
+        }
+    };
+    Ok((p, parts, pipeline))
 }
 
 pub async fn sse(
@@ -62,7 +76,7 @@ pub async fn sse(
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    let (params, parts) = match params_of(params) {
+    let (params, mut parts, pipeline) = match params_of(params) {
         Ok(x) => x,
         Err(e) => return e.into_response(),
     };
@@ -73,9 +87,8 @@ pub async fn sse(
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    let target = match (params.collection.clone(), params.collection_group.clone()) {
-        (Some(c), None) => Target::Collection(c),
-        (None, Some(g)) => Target::Group(g),
+    let group = params.collection_group.clone();
+    let collection = match (params.collection.clone(), &group) {
         (Some(_), Some(_)) => {
             return ApiError::new(
                 ErrorCode::BadQuery,
@@ -83,12 +96,35 @@ pub async fn sse(
             )
             .into_response()
         }
+        (Some(c), None) => c,
+        (None, Some(_)) if pipeline.is_some() => {
+            return ApiError::new(ErrorCode::BadQuery, GROUP_PIPELINE).into_response()
+        }
+        (None, Some(_)) => String::new(),
         (None, None) => {
             return ApiError::new(
                 ErrorCode::BadRequest,
                 "a subscription needs 'collection' or 'collectionGroup'",
             )
             .into_response()
+        }
+    };
+    let (query, plan, key) = match pipeline {
+        _ if group.is_some() => (herald_query::Query::default(), None, String::new()),
+        Some(stages) => match pipeline_subscription(&st, &principal, &collection, &parts, stages) {
+            Ok((head, plan, key)) => (head, Some(plan), key),
+            Err(e) => return e.into_response(),
+        },
+        None => {
+            if let Some(user) = principal.user() {
+                if let Err(e) = crate::api::query::restrict(&st, &mut parts, &collection, user) {
+                    return e.into_response();
+                }
+            }
+            match subscription(&collection, &parts) {
+                Ok((query, key)) => (query, None, key),
+                Err(e) => return e.into_response(),
+            }
         }
     };
     let expires = principal
@@ -106,15 +142,33 @@ pub async fn sse(
     let resume_from = header_resume.or(param_resume);
     let conn = Conn::new(&st);
     let resume_from = resumable(&st, &principal, resume_from, SUB, &conn.sink);
-    if let Err(e) = start_subscription(
-        &st,
-        &principal,
-        target,
-        parts,
-        SUB.into(),
-        resume_from,
-        conn.sink.clone(),
-    ) {
+    let subscribed = match group {
+        Some(g) => start_group_subscription(
+            &st,
+            &principal,
+            g,
+            parts,
+            SUB.into(),
+            resume_from,
+            conn.sink.clone(),
+        ),
+        None => {
+            let req = SubscribeRequest {
+                sub: SUB.into(),
+                collection,
+                query,
+                key,
+                resume_from,
+                sink: conn.sink.clone(),
+            };
+            match plan {
+                Some(plan) => st.live.subscribe_pipeline(req, plan),
+                None => st.live.subscribe(req),
+            }
+            .map_err(ApiError::from)
+        }
+    };
+    if let Err(e) = subscribed {
         return e.into_response();
     }
     let live = st.live.clone();

@@ -11,8 +11,8 @@ use crate::api::live::session::{
 };
 use crate::api::live::ws_writes::{request_error, WsWrites};
 use crate::api::live::{
-    check_origin, error_msg, resumable, token_expired, HEARTBEAT, SLOW_CONSUMER, SUBS_PER_CONN_MAX,
-    WS_MESSAGE_BYTES_MAX,
+    check_origin, error_msg, pipeline_subscription, resumable, subscription, token_expired,
+    HEARTBEAT, SLOW_CONSUMER, SUBS_PER_CONN_MAX, WS_MESSAGE_BYTES_MAX,
 };
 use crate::auth::Principal;
 use crate::state::AppState;
@@ -22,6 +22,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures_util::SinkExt;
+use herald_db::live::SubscribeRequest;
 use herald_db::Clock;
 use herald_protocol::error::WS_CLOSE_POLICY;
 use herald_protocol::limits::REQ_ID_BYTES_MAX;
@@ -502,10 +503,11 @@ fn subscribe(
     conn: &Conn,
     subs: &mut HashSet<String>,
     principal: &Principal,
-    s: Subscribe,
+    mut s: Subscribe,
 ) -> Option<ServerMessage<'static>> {
-    let group = s.collection_group.clone();
-    let (sub, collection, parts, resume_from) = s.into_parts();
+    let pipeline = s.pipeline.take();
+    let group = s.collection_group.take();
+    let (sub, collection, mut parts, resume_from) = s.into_parts();
     let fail = |e: ApiError| Some(error_msg(Some(&sub), &e));
     if subs.contains(&sub) {
         return fail(ApiError::new(
@@ -519,24 +521,67 @@ fn subscribe(
             format!("at most {SUBS_PER_CONN_MAX} subscriptions per connection"),
         ));
     }
-    let target = match group {
-        Some(g) => super::Target::Group(g),
-        None => super::Target::Collection(collection),
+    if let Some(group) = group {
+        if pipeline.is_some() {
+            return fail(ApiError::new(ErrorCode::BadQuery, super::GROUP_PIPELINE));
+        }
+        let resume_from = resumable(st, principal, resume_from, &sub, &conn.sink);
+        let sink = conn.sink.clone();
+        return match super::start_group_subscription(
+            st,
+            principal,
+            group,
+            parts,
+            sub.clone(),
+            resume_from,
+            sink,
+        ) {
+            Ok(()) => {
+                subs.insert(sub);
+                None
+            }
+            Err(e) => fail(e),
+        };
+    }
+    let plan = match pipeline {
+        Some(stages) => match pipeline_subscription(st, principal, &collection, &parts, stages) {
+            Ok((head, plan, key)) => Some((head, plan, key)),
+            Err(e) => return fail(e),
+        },
+        None => None,
+    };
+    let (query, plan, key) = match plan {
+        Some((head, plan, key)) => (head, Some(plan), key),
+        None => {
+            if let Some(user) = principal.user() {
+                if let Err(e) = crate::api::query::restrict(st, &mut parts, &collection, user) {
+                    return fail(e);
+                }
+            }
+            match subscription(&collection, &parts) {
+                Ok((query, key)) => (query, None, key),
+                Err(e) => return fail(e),
+            }
+        }
     };
     let resume_from = resumable(st, principal, resume_from, &sub, &conn.sink);
-    match super::start_subscription(
-        st,
-        principal,
-        target,
-        parts,
-        sub.clone(),
+    let req = SubscribeRequest {
+        sub: sub.clone(),
+        collection,
+        query,
+        key,
         resume_from,
-        conn.sink.clone(),
-    ) {
+        sink: conn.sink.clone(),
+    };
+    let subscribed = match plan {
+        Some(plan) => st.live.subscribe_pipeline(req, plan),
+        None => st.live.subscribe(req),
+    };
+    match subscribed {
         Ok(()) => {
             subs.insert(sub);
             None
         }
-        Err(e) => fail(e),
+        Err(e) => fail(ApiError::from(e)),
     }
 }

@@ -1,11 +1,12 @@
 //! Authentication and security rules against a real server on a real socket: credentials and
 //! keys (`http.rs`), reads and writes through the rules (`rules.rs`), live queries with tokens,
-//! renewal and expiry (`live.rs`), and the attack list of docs/security.md (`attacks.rs`).
+//! renewal and expiry (`live.rs`), live aggregations (`live_agg.rs`), and the attack list of docs/security.md (`attacks.rs`).
 
 mod attacks;
 mod groups;
 mod http;
 mod live;
+mod live_agg;
 mod rules;
 
 use crate::common::{self, Resp, Server};

@@ -1,0 +1,330 @@
+//! Model test of live aggregations through the engine on a real database: random collections
+//! (mixed types, missing fields, numbers of every kind), random pipelines of the supported
+//! shape (several accumulators, compound keys, pre-group $match/$project/$unwind/$sort,
+//! post-group $match/$sort/$skip/$limit/$project/$count) and random commits (inserts, updates,
+//! deletes, multi-document transactions), with resumes along the way. After EVERY commit the
+//! rows a client builds from the initial result and the change batches (applied by id and
+//! position) equal `Pipeline::run` over the pull query at that seq, and seqs increase.
+//! `HERALD_SLOW=1` runs 200 scenarios instead of 12.
+
+use crate::live_engine::{open_db, TestSink};
+use herald_db::live::{LiveEngine, SubscribeRequest};
+use herald_db::{Db, Write};
+use herald_query::pipeline::{row_id, LivePipeline, Pipeline};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn scenarios() -> u64 {
+    if std::env::var_os("HERALD_SLOW").is_some() {
+        200
+    } else {
+        12
+    }
+}
+
+fn pick<'a>(rng: &mut StdRng, from: &'a [Value]) -> &'a Value {
+    &from[rng.gen_range(0..from.len())]
+}
+
+/// A random pipeline of the shape live aggregations maintain.
+fn pipeline(rng: &mut StdRng) -> Value {
+    let mut stages = Vec::new();
+    if rng.gen_bool(0.5) {
+        stages.push(json!({"$match": pick(rng, &[
+            json!({"n": {"$gte": 0}}), json!({"k": {"$exists": true}}),
+            json!({"$or": [{"j": 1}, {"m": {"$type": "number"}}]}),
+        ])}));
+    }
+    if rng.gen_bool(0.3) {
+        stages.push(json!({"$sort": pick(rng, &[json!({"m": -1}), json!({"n": 1, "j": -1})])}));
+    }
+    if rng.gen_bool(0.3) {
+        stages.push(json!({"$unwind": "$tags"}));
+    }
+    if rng.gen_bool(0.2) {
+        stages.push(json!({"$project": {"k": 1, "n": 1, "m": 1, "j": 1, "tags": 1}}));
+    }
+    if rng.gen_bool(0.2) {
+        stages.push(json!({"$match": {"n": {"$type": "number"}}}));
+    }
+    if rng.gen_bool(0.1) {
+        stages.push(json!({"$count": "total"}));
+    } else {
+        let accs = [
+            ("c", json!({"$count": {}})),
+            ("s", json!({"$sum": "$n"})),
+            ("one", json!({"$sum": 1})),
+            ("a", json!({"$avg": "$n"})),
+            ("lo", json!({"$min": "$n"})),
+            ("hi", json!({"$max": "$m"})),
+            ("f", json!({"$first": "$m"})),
+            ("l", json!({"$last": "$n"})),
+            ("p", json!({"$push": "$j"})),
+            ("u", json!({"$addToSet": "$n"})),
+        ];
+        let mut g = serde_json::Map::new();
+        g.insert(
+            "_id".into(),
+            pick(
+                rng,
+                &[
+                    json!("$k"),
+                    json!({"k": "$k", "j": "$j"}),
+                    json!(null),
+                    json!("$j"),
+                ],
+            )
+            .clone(),
+        );
+        for (name, spec) in &accs {
+            if rng.gen_bool(0.4) {
+                g.insert(name.to_string(), spec.clone());
+            }
+        }
+        stages.push(json!({"$group": g}));
+        if rng.gen_bool(0.3) {
+            stages.push(json!({"$match": {"_id": {"$ne": null}}}));
+        }
+        if rng.gen_bool(0.4) {
+            stages.push(json!({"$sort": pick(rng, &[json!({"c": -1}), json!({"_id": -1}), json!({"s": 1})])}));
+        }
+        if rng.gen_bool(0.3) {
+            stages.push(json!({"$skip": 1}));
+        }
+        if rng.gen_bool(0.3) {
+            stages.push(json!({"$limit": 2}));
+        }
+        if rng.gen_bool(0.2) {
+            stages.push(json!({"$project": {"c": 1, "s": 1}}));
+        }
+        if rng.gen_bool(0.1) {
+            stages.push(json!({"$count": "groups"}));
+        }
+    }
+    Value::Array(stages)
+}
+
+fn value(rng: &mut StdRng) -> Option<Value> {
+    Some(match rng.gen_range(0..10) {
+        0 => return None,
+        1 => Value::Null,
+        2 | 3 => json!(rng.gen_range(0..3)),
+        4 => json!(rng.gen_range(0..3) as f64),
+        5 => json!(rng.gen_range(0..4) as f64 * 0.1 + 0.05),
+        6 => json!(["a", "b"][rng.gen_range(0..2)]),
+        7 => json!(i64::MAX - rng.gen_range(0..2)),
+        8 => json!({"x": rng.gen_range(0..2)}),
+        _ => json!(-1),
+    })
+}
+
+fn doc(rng: &mut StdRng) -> Value {
+    let mut m = serde_json::Map::new();
+    for f in ["k", "j", "n", "m"] {
+        if let Some(v) = value(rng) {
+            m.insert(f.into(), v);
+        }
+    }
+    let tags: Vec<Value> = (0..rng.gen_range(0..3))
+        .map(|_| json!(rng.gen_range(0..3)))
+        .collect();
+    m.insert("tags".into(), Value::Array(tags));
+    Value::Object(m)
+}
+
+fn pull(db: &Db, p: &Pipeline) -> (Vec<Value>, u64) {
+    let (q, covered) = p.head_query(herald_db::QUERY_DOCS_MAX);
+    let out = db.query("c", &q).unwrap();
+    (p.run_from(covered, out.docs).unwrap(), out.seq)
+}
+
+/// The client's rows from its messages, applied by id and position like an SDK does.
+fn client_rows(msgs: &[Value]) -> (Vec<Value>, u64) {
+    let mut list: Vec<(String, Value)> = Vec::new();
+    let mut seq = 0;
+    for m in msgs {
+        match m["type"].as_str().unwrap() {
+            "initial" => {
+                list = m["docs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| (row_id(d), d.clone()))
+                    .collect();
+                seq = m["seq"].as_u64().unwrap();
+            }
+            "changes" => {
+                let s = m["seq"].as_u64().unwrap();
+                assert!(s > seq, "change batches advance: {s} after {seq}");
+                seq = s;
+                for c in m["changes"].as_array().unwrap() {
+                    let id = c["id"].as_str().unwrap();
+                    let old = c["oldIndex"].as_i64().unwrap();
+                    let new = c["newIndex"].as_i64().unwrap();
+                    if old >= 0 {
+                        let (had, _) = list.remove(old as usize);
+                        assert_eq!(had, id, "the event's id is the row at oldIndex");
+                    }
+                    if new >= 0 {
+                        assert_eq!(id, row_id(&c["doc"]), "the event's id is its row's");
+                        list.insert(new as usize, (id.to_string(), c["doc"].clone()));
+                    }
+                }
+            }
+            "reset" => list.clear(),
+            "resumed" => {}
+            other => panic!("unexpected message {other}: {m}"),
+        }
+    }
+    (list.into_iter().map(|(_, d)| d).collect(), seq)
+}
+
+fn subscribe(engine: &LiveEngine, spec: &Value, sink: Arc<TestSink>, resume_from: Option<u64>) {
+    let p = Pipeline::parse(spec).unwrap();
+    let plan = Arc::new(LivePipeline::new(p).unwrap());
+    let req = SubscribeRequest {
+        sub: "s".into(),
+        collection: "c".into(),
+        query: plan.head().clone(),
+        key: format!("agg\nc\n{spec}"),
+        resume_from,
+        sink,
+    };
+    engine.subscribe_pipeline(req, plan).unwrap();
+}
+
+fn wait_idle(engine: &LiveEngine) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !engine.is_idle() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(engine.is_idle(), "engine caught up");
+}
+
+#[test]
+fn live_aggregations_equal_the_pull_pipeline_after_every_commit() {
+    for seed in 0..scenarios() {
+        let (_dir, db) = open_db();
+        let engine = LiveEngine::start(db.clone());
+        let mut rng = StdRng::seed_from_u64(seed);
+        let specs: Vec<Value> = (0..3).map(|_| pipeline(&mut rng)).collect();
+        let mut sinks: Vec<Arc<TestSink>> = Vec::new();
+        let mut conn = 1;
+        let new_sink = |conn: &mut u64, msgs: Vec<Value>| {
+            *conn += 1;
+            Arc::new(TestSink {
+                conn: *conn,
+                msgs: Mutex::new(msgs),
+            })
+        };
+        for (i, spec) in specs.iter().enumerate() {
+            let s = new_sink(&mut conn, Vec::new());
+            subscribe(&engine, spec, s.clone(), None);
+            sinks.push(s);
+            if i == 0 {
+                db.commit(vec![Write::Put {
+                    collection: "c".into(),
+                    id: "seed".into(),
+                    doc: doc(&mut rng),
+                    if_version: None,
+                }])
+                .unwrap();
+            }
+        }
+        for round in 0..40 {
+            let writes: Vec<Write> = (0..rng.gen_range(1..4))
+                .map(|_| {
+                    let id = format!("d{}", rng.gen_range(0..10));
+                    if rng.gen_bool(0.25) {
+                        Write::Delete {
+                            collection: "c".into(),
+                            id,
+                            if_version: None,
+                        }
+                    } else {
+                        Write::Put {
+                            collection: "c".into(),
+                            id,
+                            doc: doc(&mut rng),
+                            if_version: None,
+                        }
+                    }
+                })
+                .collect();
+            // Several writes of one id in a transaction would be refused: keep the first.
+            let mut seen = std::collections::HashSet::new();
+            let writes: Vec<Write> = writes
+                .into_iter()
+                .filter(|w| match w {
+                    Write::Put { id, .. } | Write::Delete { id, .. } => seen.insert(id.clone()),
+                    _ => true,
+                })
+                .collect();
+            let _ = db.commit(writes);
+            if round % 15 == 14 {
+                // A client reconnects and resumes from the last seq it saw.
+                let i = rng.gen_range(0..sinks.len());
+                let mut had = sinks[i].msgs.lock().unwrap().clone();
+                let (_, seen) = client_rows(&had);
+                engine.disconnect(sinks[i].conn);
+                had.push(json!({"type": "resumed", "from": seen}));
+                let s = new_sink(&mut conn, had);
+                subscribe(&engine, &specs[i], s.clone(), Some(seen));
+                sinks[i] = s;
+            }
+            wait_idle(&engine);
+            for (spec, sink) in specs.iter().zip(&sinks) {
+                let msgs = sink.msgs.lock().unwrap().clone();
+                let (rows, seq) = client_rows(&msgs);
+                let (want, at) = pull(&db, &Pipeline::parse(spec).unwrap());
+                assert!(seq <= at);
+                assert_eq!(
+                    rows.iter().map(Value::to_string).collect::<Vec<_>>(),
+                    want.iter().map(Value::to_string).collect::<Vec<_>>(),
+                    "seed {seed} round {round} pipeline {spec} messages {msgs:?}"
+                );
+            }
+        }
+        engine.stop();
+    }
+}
+
+#[test]
+fn an_input_growing_past_query_docs_max_ends_the_subscription_like_pull() {
+    let (_dir, db) = open_db();
+    let engine = LiveEngine::start(db.clone());
+    let spec = json!([{"$match": {"big": true}}, {"$count": "n"}]);
+    let sink = Arc::new(TestSink {
+        conn: 1,
+        msgs: Mutex::new(Vec::new()),
+    });
+    subscribe(&engine, &spec, sink.clone(), None);
+    let put = |i: usize| Write::Put {
+        collection: "c".into(),
+        id: format!("b{i:05}"),
+        doc: json!({"big": true}),
+        if_version: None,
+    };
+    let max = herald_db::QUERY_DOCS_MAX;
+    for chunk in (0..max).collect::<Vec<_>>().chunks(500) {
+        db.commit(chunk.iter().map(|&i| put(i)).collect()).unwrap();
+    }
+    wait_idle(&engine);
+    let (rows, _) = client_rows(&sink.msgs.lock().unwrap());
+    assert_eq!(rows, vec![json!({"n": max})]);
+    db.commit(vec![put(max)]).unwrap();
+    wait_idle(&engine);
+    let msgs = sink.msgs.lock().unwrap().clone();
+    let last = msgs.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["code"]),
+        (&json!("error"), &json!("result_too_large"))
+    );
+    // The pull aggregation refuses the same input with the same code.
+    let p = Pipeline::parse(&spec).unwrap();
+    let (q, _) = p.head_query(max);
+    assert_eq!(db.query("c", &q).unwrap_err().code(), "result_too_large");
+    engine.stop();
+}
