@@ -196,11 +196,16 @@ pub fn execute_group(
             )
         }
     };
-    let docs = out
+    let docs: Vec<Value> = out
         .finish(in_order)
         .into_iter()
         .map(|d| project(q, d))
         .collect();
+    // The group's sort always has several keys, so the collector held up to `SORT_DOCS_MAX`;
+    // a result is still at most `QUERY_DOCS_MAX` documents.
+    if docs.len() > QUERY_DOCS_MAX {
+        return Err(DbError::ResultTooLarge(QUERY_DOCS_MAX));
+    }
     Ok((docs, description))
 }
 

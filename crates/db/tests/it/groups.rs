@@ -498,3 +498,33 @@ fn live_group_subscriptions_equal_the_pull_query_after_every_batch() {
         engine.stop();
     }
 }
+
+/// A group query returns at most `QUERY_DOCS_MAX` documents (`result_too_large` past it, as a
+/// collection's); with a limit the same group answers.
+#[test]
+fn a_group_result_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    let n = herald_db::QUERY_DOCS_MAX + 1;
+    let writes: Vec<Write> = (0..n)
+        .map(|i| {
+            put(
+                ["messages", "r/x/messages"][i % 2],
+                &format!("m{i:05}"),
+                json!({"i": i}),
+            )
+        })
+        .collect();
+    for chunk in writes.chunks(500) {
+        db.commit(chunk.to_vec()).unwrap();
+    }
+    let all = Query::parse(&json!({"sort": {"i": 1}})).unwrap();
+    let e = db.query_group("messages", &all, None).unwrap_err();
+    assert_eq!(e.code(), "result_too_large");
+    let page = Query::parse(&json!({"sort": {"i": -1}, "limit": 2})).unwrap();
+    let out = db.query_group("messages", &page, None).unwrap();
+    assert_eq!(
+        out.docs[0]["_path"],
+        json!(format!("messages/m{:05}", n - 1))
+    );
+}
