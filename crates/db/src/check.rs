@@ -255,4 +255,49 @@ mod tests {
             "{found:?}"
         );
     }
+
+    /// Collection-group index entries (`*/group ...`, naming `id 0x00 path`) are checked like
+    /// a collection's: a healthy store has no finding, a lost group entry is one.
+    #[test]
+    fn check_knows_collection_group_index_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Db::open(dir.path(), DbOptions::default()).unwrap();
+            db.create_group_index(
+                "m",
+                "a_n",
+                vec![
+                    ("a".into(), herald_query::Direction::Asc),
+                    ("n".into(), herald_query::Direction::Desc),
+                ],
+            )
+            .unwrap();
+            for c in ["m", "r/x/m"] {
+                db.commit(vec![Write::Put {
+                    collection: c.into(),
+                    id: "d".into(),
+                    doc: json!({"a": 1, "n": 2}),
+                    if_version: None,
+                }])
+                .unwrap();
+            }
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while db.list_group_indexes("m").unwrap()[0].state != IndexState::Ready {
+                assert!(std::time::Instant::now() < deadline);
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            db.close().unwrap();
+        }
+        assert_eq!(findings(dir.path()), Vec::<String>::new());
+        remove(dir.path(), Table::Index, |k| {
+            k.starts_with(b"*/m\0") && k.ends_with(b"r/x/m/d")
+        });
+        let found = findings(dir.path());
+        assert!(
+            found
+                .iter()
+                .any(|f| f.contains("document r/x/m/d is missing from the index")),
+            "{found:?}"
+        );
+    }
 }
