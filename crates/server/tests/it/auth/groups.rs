@@ -167,6 +167,30 @@ async fn group_queries_indexes_and_aggregations_over_http() {
         r["docs"],
         json!([{"_id": "alice", "n": 3}, {"_id": "bob", "n": 3}])
     );
+    // Dropping the group index: the same answer through the merge.
+    let r = call(
+        &s,
+        ADMIN_KEY,
+        Method::DELETE,
+        "/v1/indexes/author_ts?collectionGroup=messages",
+        None,
+    )
+    .await
+    .ok(200);
+    assert_eq!(r["dropped"], true);
+    let r = query(
+        &s,
+        ADMIN_KEY,
+        json!({"collectionGroup": "messages", "filter": {"author": "alice"},
+               "sort": {"ts": -1}, "limit": 2, "explain": true}),
+    )
+    .await
+    .ok(200);
+    assert_eq!(
+        paths(&r["docs"]),
+        ["a/x/b/y/messages/m6", "dms/d1/messages/m5"]
+    );
+    assert_eq!(r["explain"]["plan"]["type"], "group_merge", "{r}");
 }
 
 #[tokio::test]
