@@ -10,6 +10,7 @@
 //! plan must also yield the matches in exactly the result order (`ordered.rs` says when it can).
 
 mod choose;
+mod cursor;
 mod ordered;
 mod ranges;
 
@@ -63,7 +64,7 @@ pub struct Stream {
     pub strip: usize,
 }
 
-/// An index scan in result order.
+/// An index scan in result order, narrowed to the query's cursors (`cursor.rs`).
 ///
 /// Invariants (checked by `ordered.rs` when it builds one): the merged streams meet every
 /// matching document with an entry in the index, each at its sort key, in sort order (reversed
