@@ -543,6 +543,8 @@ proptest! {
         build_later in any::<bool>(),
         key_bytes in prop::sample::select(vec![1usize, 2, 128]),
         queries in prop::collection::vec(query(), 1..10),
+        at in any::<prop::sample::Index>(),
+        member in 0usize..8,
     ) {
         let dir = tempfile::tempdir().unwrap();
         let db = open(dir.path(), key_bytes);
@@ -564,7 +566,37 @@ proptest! {
         write(&db, &mut reference, later);
         wait_ready(&db);
         let stored: Vec<Value> = reference.into_values().collect();
+        let mut all = Vec::new();
         for qv in queries {
+            all.push(qv.clone());
+            // The same query paged from one of its own results: the cursor is that document's
+            // sort key (with its id, or only the sort fields), as an app's next page is.
+            let whole = Query::parse(&json!({"filter": qv["filter"], "sort": qv["sort"]})).unwrap();
+            let results = whole.run(&stored);
+            if !results.is_empty() {
+                let d = &results[at.index(results.len())];
+                let mut key: Vec<Value> = whole
+                    .sort
+                    .key_values(d)
+                    .iter()
+                    .map(|k| match k {
+                        herald_query::KeyValue::Value(v) => (*v).clone(),
+                        herald_query::KeyValue::Null => Value::Null,
+                        herald_query::KeyValue::EmptyArray => json!([]),
+                    })
+                    .collect();
+                if member >= 4 && key.len() > 1 {
+                    key.pop();
+                }
+                let mut paged = qv.clone();
+                for m in herald_query::CURSOR_MEMBERS {
+                    paged.as_object_mut().unwrap().remove(m);
+                }
+                paged[herald_query::CURSOR_MEMBERS[member % 4]] = Value::Array(key);
+                all.push(paged);
+            }
+        }
+        for qv in all {
             let query = Query::parse(&qv).unwrap();
             let expected = query.run(&stored);
             for r in db.query_every_plan("c", &query).unwrap() {
