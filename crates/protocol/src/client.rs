@@ -46,6 +46,14 @@ pub struct Subscribe {
     pub limit: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projection: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_after: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_before: Option<Value>,
     /// Resume after this seq instead of receiving an `initial`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<u64>,
@@ -64,6 +72,10 @@ impl Subscribe {
             skip: self.skip,
             limit: self.limit,
             projection: self.projection,
+            start_at: self.start_at,
+            start_after: self.start_after,
+            end_at: self.end_at,
+            end_before: self.end_before,
         };
         (self.sub, self.collection, parts, self.resume_from)
     }
@@ -112,6 +124,14 @@ struct RawClientMessage {
     limit: Option<Value>,
     #[serde(default)]
     projection: Option<Value>,
+    #[serde(default)]
+    start_at: Option<Value>,
+    #[serde(default)]
+    start_after: Option<Value>,
+    #[serde(default)]
+    end_at: Option<Value>,
+    #[serde(default)]
+    end_before: Option<Value>,
     #[serde(default, deserialize_with = "resume_from_member")]
     resume_from: Option<u64>,
     #[serde(default, deserialize_with = "min_seq_member")]
@@ -141,6 +161,10 @@ impl RawClientMessage {
         add(self.skip.is_some(), "skip");
         add(self.limit.is_some(), "limit");
         add(self.projection.is_some(), "projection");
+        add(self.start_at.is_some(), "startAt");
+        add(self.start_after.is_some(), "startAfter");
+        add(self.end_at.is_some(), "endAt");
+        add(self.end_before.is_some(), "endBefore");
         add(self.resume_from.is_some(), "resumeFrom");
         add(self.min_seq.is_some(), "minSeq");
         add(self.req.is_some(), "req");
@@ -158,6 +182,10 @@ const SUBSCRIBE_MEMBERS: &[&str] = &[
     "skip",
     "limit",
     "projection",
+    "startAt",
+    "startAfter",
+    "endAt",
+    "endBefore",
     "resumeFrom",
     "minSeq",
 ];
@@ -198,6 +226,10 @@ impl TryFrom<RawClientMessage> for ClientMessage {
                 skip: r.skip,
                 limit: r.limit,
                 projection: r.projection,
+                start_at: r.start_at,
+                start_after: r.start_after,
+                end_at: r.end_at,
+                end_before: r.end_before,
                 resume_from: r.resume_from,
                 min_seq: r.min_seq,
             })),

@@ -117,7 +117,11 @@ fn subscription(collection: &str, parts: &QueryParts) -> Result<(Query, String),
             get(&parts.sort),
             get(&parts.skip),
             get(&parts.limit),
-            get(&parts.projection)
+            get(&parts.projection),
+            get(&parts.start_at),
+            get(&parts.start_after),
+            get(&parts.end_at),
+            get(&parts.end_before)
         ])
     );
     Ok((query, key))
