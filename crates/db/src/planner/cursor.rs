@@ -4,11 +4,10 @@
 //!
 //! An index key is `prefix ++ encoded values ++ id` (`layout.rs`), and an ordered scan's
 //! entries come in result order, forwards or backwards, so a cursor's values encoded in the
-//! index's directions (`herald_value::encode_key`) bound a contiguous run of keys. The bounds
-//! may be loose by the cursor's own entry or, when ties come in the opposite id order
-//! (`reverse_ties`), by the cursor's tie group: the executor applies the cursors exactly to
-//! every document it fetches (`Query::matches`), so a bound only has to keep every document
-//! inside the cursors.
+//! index's directions (`herald_value::encode_key`), then its id, bound the keys to read. The
+//! bounds may hold the cursor's own entry (and ids extending its id): the executor applies the
+//! cursors exactly to every document it fetches (`Query::matches`), so a bound only has to keep
+//! every document inside the cursors.
 
 use super::{OrderedScan, Stream};
 use crate::layout::prefix_end;
@@ -16,98 +15,100 @@ use herald_query::{Cursor, Direction, Query};
 use herald_value::{encode_key, encode_key_desc, Value};
 
 /// Narrows the streams of `scan` (an index whose sort fields have the directions `dirs`, after
-/// the prefix each stream strips) to the query's cursors.
+/// the prefix each stream strips) to the query's cursors. A stream may become two: with
+/// `reverse_ties`, the keys between a cursor with an id and the end of its tie group, and the
+/// keys past the group.
 pub(super) fn narrow(scan: &mut OrderedScan, query: &Query, dirs: &[Direction]) {
     let cursors = &query.cursors;
     if cursors.is_none() {
         return;
     }
-    let has_id = |c: &Option<Cursor>| c.as_ref().is_some_and(|c| c.values.len() > dirs.len());
-    if scan.reverse_ties && (has_id(&cursors.start) || has_id(&cursors.end)) {
-        // The bounds hold the cursor's whole tie group: more than skip + limit may be met.
-        scan.exact = false;
-    }
-    for s in &mut scan.streams {
+    let mut streams = Vec::with_capacity(scan.streams.len());
+    for s in std::mem::take(&mut scan.streams) {
         if s.start.len() < s.strip {
+            streams.push(s);
             continue;
         }
-        let prefix = s.start[..s.strip].to_vec();
-        if let Some(c) = &cursors.start {
-            let b = Bound::of(&prefix, c, dirs, scan.reverse_ties);
-            if scan.backward {
-                lower_end(s, b.after());
-            } else {
-                raise_start(s, b.before());
+        let prefix = &s.start[..s.strip];
+        let mut keep: Vec<Interval> = vec![(s.start.clone(), Some(s.end.clone()))];
+        // A start cursor keeps the keys after it in result order: higher keys forwards.
+        for (c, high) in [
+            (&cursors.start, !scan.backward),
+            (&cursors.end, scan.backward),
+        ] {
+            if let Some(c) = c {
+                let allowed = allowed(prefix, c, dirs, scan.reverse_ties, high);
+                keep = intersect(&keep, &allowed);
             }
         }
-        if let Some(c) = &cursors.end {
-            let b = Bound::of(&prefix, c, dirs, scan.reverse_ties);
-            if scan.backward {
-                raise_start(s, b.before());
-            } else {
-                lower_end(s, b.after());
+        if keep.is_empty() {
+            keep.push((s.start.clone(), Some(s.start.clone())));
+        }
+        for (start, end) in keep {
+            streams.push(Stream {
+                start,
+                end: end.unwrap_or_else(|| s.end.clone()),
+                strip: s.strip,
+            });
+        }
+    }
+    scan.streams = streams;
+}
+
+/// Keys from the first, up to the second (exclusive; `None`: no bound).
+type Interval = (Vec<u8>, Option<Vec<u8>>);
+
+/// The keys a cursor keeps, as intervals: those on its `high` side (higher keys) or low side,
+/// with its tie group's ends inside when it is inclusive or names an id. The id narrows the
+/// group: to the same side when the group's entries come in the sort's id order, and to the
+/// other side when they come reversed (`reverse_ties`), which leaves the group's part and the
+/// keys past it as two intervals. Keys sharing the id as a prefix stay on both sides: the
+/// executor's exact check decides them.
+fn allowed(prefix: &[u8], c: &Cursor, dirs: &[Direction], reverse_ties: bool, high: bool) -> Vec<Interval> {
+    let mut group = prefix.to_vec();
+    for (v, dir) in c.values.iter().zip(dirs) {
+        match dir {
+            Direction::Asc => encode_key(v, &mut group),
+            Direction::Desc => encode_key_desc(v, &mut group),
+        }
+    }
+    let group_end = prefix_end(&group);
+    let id = c.values.get(dirs.len()).and_then(Value::as_str);
+    let Some(id) = id else {
+        // The group is inside or outside as a whole.
+        return match (high, c.inclusive) {
+            (true, true) => vec![(group, None)],
+            (true, false) => vec![(group_end, None)],
+            (false, true) => vec![(Vec::new(), Some(group_end))],
+            (false, false) => vec![(Vec::new(), Some(group))],
+        };
+    };
+    let at = [group.as_slice(), id.as_bytes()].concat();
+    let past = prefix_end(&at);
+    match (high, reverse_ties) {
+        (true, false) => vec![(at, None)],
+        (false, false) => vec![(Vec::new(), Some(past))],
+        (true, true) => vec![(group, Some(past)), (group_end, None)],
+        (false, true) => vec![(Vec::new(), Some(group)), (at, Some(group_end))],
+    }
+}
+
+/// The intersection of two sets of disjoint intervals, in key order, empty ones dropped.
+fn intersect(a: &[Interval], b: &[Interval]) -> Vec<Interval> {
+    let mut out = Vec::new();
+    for (s1, e1) in a {
+        for (s2, e2) in b {
+            let start = s1.max(s2).clone();
+            let end = match (e1, e2) {
+                (Some(x), Some(y)) => Some(x.min(y).clone()),
+                (Some(x), None) | (None, Some(x)) => Some(x.clone()),
+                (None, None) => None,
+            };
+            if end.as_ref().is_none_or(|e| start < *e) {
+                out.push((start, end));
             }
         }
-        if s.start > s.end {
-            s.end = s.start.clone();
-        }
     }
-}
-
-/// One cursor as index keys: the keys of its values' group, the id within it when the scan
-/// meets the group in the sort's id order, and whether the cursor's own position is inside.
-struct Bound {
-    group: Vec<u8>,
-    id: Option<String>,
-    inclusive: bool,
-}
-
-impl Bound {
-    fn of(prefix: &[u8], c: &Cursor, dirs: &[Direction], reverse_ties: bool) -> Bound {
-        let mut group = prefix.to_vec();
-        for (v, dir) in c.values.iter().zip(dirs) {
-            match dir {
-                Direction::Asc => encode_key(v, &mut group),
-                Direction::Desc => encode_key_desc(v, &mut group),
-            }
-        }
-        let id = c.values.get(dirs.len()).and_then(Value::as_str);
-        Bound {
-            group,
-            // With an id the group's ends are inside; the id narrows it further only when the
-            // entries of the group come in the sort's id order.
-            inclusive: c.inclusive || id.is_some(),
-            id: id.filter(|_| !reverse_ties).map(str::to_string),
-        }
-    }
-
-    /// The smallest key that may be at or after the cursor in key order.
-    fn before(&self) -> Vec<u8> {
-        match &self.id {
-            Some(id) => [self.group.as_slice(), id.as_bytes()].concat(),
-            None if self.inclusive => self.group.clone(),
-            None => prefix_end(&self.group),
-        }
-    }
-
-    /// A key above every key that may be at or before the cursor in key order (exclusive).
-    fn after(&self) -> Vec<u8> {
-        match &self.id {
-            Some(id) => prefix_end(&[self.group.as_slice(), id.as_bytes()].concat()),
-            None if self.inclusive => prefix_end(&self.group),
-            None => self.group.clone(),
-        }
-    }
-}
-
-fn raise_start(s: &mut Stream, key: Vec<u8>) {
-    if key > s.start {
-        s.start = key;
-    }
-}
-
-fn lower_end(s: &mut Stream, key: Vec<u8>) {
-    if key < s.end {
-        s.end = key;
-    }
+    out.sort();
+    out
 }
