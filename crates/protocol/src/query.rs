@@ -37,7 +37,11 @@ pub struct QueryBody {
     /// optionally then an `_id`; herald-query checks them against the sort.
     #[serde(rename = "startAt", default, skip_serializing_if = "Option::is_none")]
     pub start_at: Option<Value>,
-    #[serde(rename = "startAfter", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "startAfter",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub start_after: Option<Value>,
     #[serde(rename = "endAt", default, skip_serializing_if = "Option::is_none")]
     pub end_at: Option<Value>,

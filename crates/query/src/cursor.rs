@@ -210,7 +210,11 @@ mod tests {
             ["c", "d"]
         );
         assert_eq!(
-            kept(json!({"ts": 1}), json!({"startAt": [2, "c"], "endAt": [2, "c"]}), &d),
+            kept(
+                json!({"ts": 1}),
+                json!({"startAt": [2, "c"], "endAt": [2, "c"]}),
+                &d
+            ),
             ["c"]
         );
         assert_eq!(
@@ -223,7 +227,11 @@ mod tests {
     fn without_a_sort_cursors_are_ids() {
         let d = docs();
         assert_eq!(
-            kept(json!(null), json!({"startAfter": ["b"], "endBefore": ["e"]}), &d),
+            kept(
+                json!(null),
+                json!({"startAfter": ["b"], "endBefore": ["e"]}),
+                &d
+            ),
             ["c", "d"]
         );
     }
@@ -231,10 +239,7 @@ mod tests {
     #[test]
     fn null_and_missing_are_equal_and_cursors_compare_across_types() {
         let d = docs();
-        assert_eq!(
-            kept(json!({"ts": 1}), json!({"endAt": [null]}), &d),
-            ["e"]
-        );
+        assert_eq!(kept(json!({"ts": 1}), json!({"endAt": [null]}), &d), ["e"]);
         // Strings sort after numbers.
         assert_eq!(
             kept(json!({"ts": 1}), json!({"startAt": ["x"]}), &d),
@@ -258,6 +263,9 @@ mod tests {
             assert_eq!(e.code(), "bad_query", "{sort} {members}");
         }
         let e = cursors(json!({"ts": 1}), json!({"startAt": [1, 2, 3]})).unwrap_err();
-        assert!(e.to_string().contains("at most one value per sort field"), "{e}");
+        assert!(
+            e.to_string().contains("at most one value per sort field"),
+            "{e}"
+        );
     }
 }

@@ -64,7 +64,13 @@ type Interval = (Vec<u8>, Option<Vec<u8>>);
 /// other side when they come reversed (`reverse_ties`), which leaves the group's part and the
 /// keys past it as two intervals. Keys sharing the id as a prefix stay on both sides: the
 /// executor's exact check decides them.
-fn allowed(prefix: &[u8], c: &Cursor, dirs: &[Direction], reverse_ties: bool, high: bool) -> Vec<Interval> {
+fn allowed(
+    prefix: &[u8],
+    c: &Cursor,
+    dirs: &[Direction],
+    reverse_ties: bool,
+    high: bool,
+) -> Vec<Interval> {
     let mut group = prefix.to_vec();
     for (v, dir) in c.values.iter().zip(dirs) {
         match dir {

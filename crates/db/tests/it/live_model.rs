@@ -62,7 +62,10 @@ fn query() -> impl Strategy<Value = Value> {
         Just(json!({"o.n": -1})),
     ];
     let projection = prop_oneof![3 => Just(json!(null)), 1 => Just(json!({"a": 1}))];
-    let cursors = (prop::option::weighted(0.35, cursor()), prop::option::weighted(0.25, cursor()));
+    let cursors = (
+        prop::option::weighted(0.35, cursor()),
+        prop::option::weighted(0.25, cursor()),
+    );
     (filter, sort, 0usize..3, prop::option::of(1usize..5), projection, cursors).prop_map(|(f, s, skip, limit, p, (start, end))| {
         let mut v = json!({"filter": f, "sort": s, "skip": skip, "limit": limit.unwrap_or(0), "projection": p});
         if let Some((inclusive, c)) = start {
@@ -83,18 +86,30 @@ fn cursor() -> impl Strategy<Value = (bool, (usize, Vec<Value>, u8))> {
         Just(json!("x")),
         Just(json!(2.0)),
     ];
-    (any::<bool>(), (1usize..4, prop::collection::vec(v, 3), 0u8..12))
+    (
+        any::<bool>(),
+        (1usize..4, prop::collection::vec(v, 3), 0u8..12),
+    )
 }
 
 /// At most one value per key of the sort `s`, where the `_id` key takes an id.
 fn cursor_for(s: &Value, (len, values, id): (usize, Vec<Value>, u8)) -> Value {
-    let mut keys: Vec<String> = s.as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default();
+    let mut keys: Vec<String> = s
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
     keys.push("_id".into());
     let out: Vec<Value> = keys
         .iter()
         .zip(values)
         .take(len)
-        .map(|(k, v)| if k == "_id" { json!(format!("d{id:02}")) } else { v })
+        .map(|(k, v)| {
+            if k == "_id" {
+                json!(format!("d{id:02}"))
+            } else {
+                v
+            }
+        })
         .collect();
     Value::Array(out)
 }

@@ -87,7 +87,8 @@ fn cursor_pages_seek_into_the_index() {
     index(&db, "room_ts", &[("room", 1), ("ts", -1)]);
     chat(&db, 20, 100);
     wait_ready(&db);
-    let ts_of = |docs: &[Value]| -> Vec<i64> { docs.iter().map(|d| d["ts"].as_i64().unwrap()).collect() };
+    let ts_of =
+        |docs: &[Value]| -> Vec<i64> { docs.iter().map(|d| d["ts"].as_i64().unwrap()).collect() };
     let mut after: Option<Value> = None;
     let mut seen = Vec::new();
     loop {
@@ -110,7 +111,10 @@ fn cursor_pages_seek_into_the_index() {
 
     // The newest overall, from the middle: the single-field index read backwards from 1000.
     let out = db
-        .query("c", &q(json!({"sort": {"ts": -1}, "startAfter": [1000], "limit": 5})))
+        .query(
+            "c",
+            &q(json!({"sort": {"ts": -1}, "startAfter": [1000], "limit": 5})),
+        )
         .unwrap();
     assert_eq!(ts_of(&out.docs), [999, 998, 997, 996, 995]);
     assert!(
@@ -122,7 +126,10 @@ fn cursor_pages_seek_into_the_index() {
 
     // Both ends, no limit: only the keys between the cursors.
     let out = db
-        .query("c", &q(json!({"sort": {"ts": 1}, "startAt": [500], "endBefore": [503]})))
+        .query(
+            "c",
+            &q(json!({"sort": {"ts": 1}, "startAt": [500], "endBefore": [503]})),
+        )
         .unwrap();
     assert_eq!(ts_of(&out.docs), [500, 501, 502]);
     assert!(out.explain.keys_examined <= 4, "{:?}", out.explain);
@@ -462,7 +469,13 @@ fn cursor_member(s: &Value, (_, len, values, id): (bool, usize, Vec<Value>, usiz
         .iter()
         .zip(values)
         .take(len)
-        .map(|(k, v)| if k == "_id" { json!(format!("d{id:02}")) } else { v })
+        .map(|(k, v)| {
+            if k == "_id" {
+                json!(format!("d{id:02}"))
+            } else {
+                v
+            }
+        })
         .collect();
     Value::Array(out)
 }

@@ -70,10 +70,12 @@ async fn pages_after_the_last_document_read_about_one_key_per_result() {
         let docs = r["docs"].as_array().unwrap();
         let Some(last) = docs.last() else { break };
         after = Some(json!([last["ts"], last["_id"]]));
-        seen.extend(
-            docs.iter()
-                .map(|d| (d["ts"].as_i64().unwrap(), d["_id"].as_str().unwrap().to_string())),
-        );
+        seen.extend(docs.iter().map(|d| {
+            (
+                d["ts"].as_i64().unwrap(),
+                d["_id"].as_str().unwrap().to_string(),
+            )
+        }));
         pages += 1;
     }
     assert_eq!(pages, 12);
@@ -94,7 +96,9 @@ async fn pages_after_the_last_document_read_about_one_key_per_result() {
     assert_eq!(ids(&r["docs"]), ["m051", "m052", "m049"]);
     // Without the id, startAfter skips the whole group; endAt includes it.
     let r = s
-        .query(json!({"collection": "msgs", "sort": {"ts": -1}, "startAfter": [510], "endAt": [500]}))
+        .query(
+            json!({"collection": "msgs", "sort": {"ts": -1}, "startAfter": [510], "endAt": [500]}),
+        )
         .await;
     assert_eq!(ids(&r["docs"]), ["m050", "m051", "m052"]);
     s.stop().await;
@@ -107,12 +111,18 @@ async fn bad_cursors_are_bad_query_and_change_nothing() {
     let seq = s.seq().await;
     for (q, why) in [
         (json!({"sort": {"ts": 1}, "startAt": 5}), "must be an array"),
-        (json!({"sort": {"ts": 1}, "startAt": []}), "at least one value"),
+        (
+            json!({"sort": {"ts": 1}, "startAt": []}),
+            "at least one value",
+        ),
         (
             json!({"sort": {"ts": 1}, "startAfter": [1, "m1", 2]}),
             "at most one value per sort field",
         ),
-        (json!({"sort": {"ts": 1}, "startAfter": [1, 2]}), "document id"),
+        (
+            json!({"sort": {"ts": 1}, "startAfter": [1, 2]}),
+            "document id",
+        ),
         (
             json!({"sort": {"ts": 1}, "startAt": [1], "startAfter": [1]}),
             "cannot both be given",
@@ -122,10 +132,7 @@ async fn bad_cursors_are_bad_query_and_change_nothing() {
         body["collection"] = json!("msgs");
         let r = s.json(Method::POST, "/v1/query", &body).await;
         let e = r.err(400, "bad_query");
-        assert!(
-            e["message"].as_str().unwrap().contains(why),
-            "{q}: {e}"
-        );
+        assert!(e["message"].as_str().unwrap().contains(why), "{q}: {e}");
     }
     // The same on a subscription: an error for that subscription only.
     let mut ws = connect(&s).await;
@@ -135,7 +142,11 @@ async fn bad_cursors_are_bad_query_and_change_nothing() {
     )
     .await;
     let m = next(&mut ws).await;
-    assert_eq!((m["type"].as_str(), m["sub"].as_str()), (Some("error"), Some("bad")), "{m}");
+    assert_eq!(
+        (m["type"].as_str(), m["sub"].as_str()),
+        (Some("error"), Some("bad")),
+        "{m}"
+    );
     assert_eq!(m["code"], "bad_query", "{m}");
     let sse = s
         .client
@@ -194,7 +205,8 @@ async fn live_results_follow_sort_keys_across_the_cursor() {
     assert_eq!(list, ["d04", "x", "d03"], "{m}");
 
     // SSE: the same query as URL parameters.
-    let url = s.url("/v1/subscribe?collection=c&sort=%7B%22ts%22%3A-1%7D&startAfter=%5B50%5D&limit=3");
+    let url =
+        s.url("/v1/subscribe?collection=c&sort=%7B%22ts%22%3A-1%7D&startAfter=%5B50%5D&limit=3");
     let mut resp = s.client.get(&url).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     let mut buf = String::new();
