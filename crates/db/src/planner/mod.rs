@@ -131,7 +131,7 @@ pub enum PlanDescription {
     /// The ids in all of these indexes' equality ranges (a zig-zag join).
     Intersection { indexes: Vec<String> },
     /// One index in sort order: `merged` ranges merged (one per value of fields bound by
-    /// `$in`), backwards when `descending`; the null-or-missing group read by a collection
+    /// `$in`, and a second one where a cursor splits its tie group), backwards when `descending`; the null-or-missing group read by a collection
     /// scan when `nulls_by_scan`.
     #[serde(rename_all = "camelCase")]
     OrderedIndex {
