@@ -7,12 +7,14 @@
 //! index's directions (`herald_value::encode_key`), then its id, bound the keys to read. The
 //! bounds may hold the cursor's own entry (and ids extending its id): the executor applies the
 //! cursors exactly to every document it fetches (`Query::matches`), so a bound only has to keep
-//! every document inside the cursors.
+//! every document inside the cursors. A cursor that leaves out the null-or-missing group also
+//! drops the collection scan that reads it (`nulls_by_scan`).
 
 use super::{OrderedScan, Stream};
 use crate::layout::prefix_end;
 use herald_query::{Cursor, Direction, Query};
-use herald_value::{encode_key, encode_key_desc, Value};
+use herald_value::{compare, encode_key, encode_key_desc, Value};
+use std::cmp::Ordering;
 
 /// Narrows the streams of `scan` (an index whose sort fields have the directions `dirs`, after
 /// the prefix each stream strips) to the query's cursors. A stream may become two: with
@@ -22,6 +24,20 @@ pub(super) fn narrow(scan: &mut OrderedScan, query: &Query, dirs: &[Direction]) 
     let cursors = &query.cursors;
     if cursors.is_none() {
         return;
+    }
+    // The null-or-missing group comes first ascending and last descending; a cursor on that
+    // side whose first value is above null leaves it out, and its collection scan with it.
+    let null_side = if scan.backward {
+        &cursors.end
+    } else {
+        &cursors.start
+    };
+    if null_side
+        .as_ref()
+        .and_then(|c| c.values.first())
+        .is_some_and(|v| compare(v, &Value::Null) == Ordering::Greater)
+    {
+        scan.nulls_by_scan = false;
     }
     let mut streams = Vec::with_capacity(scan.streams.len());
     for s in std::mem::take(&mut scan.streams) {
