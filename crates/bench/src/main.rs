@@ -40,6 +40,8 @@ enum WorkloadArg {
     Regex,
     Suffix,
     Scan,
+    /// Live aggregations: a per-room count and sum per subscription.
+    Count,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -64,6 +66,16 @@ enum ViaArg {
     Bulk,
     /// One streamed POST /v1/bulk per generator for the whole run (rockbench only).
     Stream,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ReaderArg {
+    /// No filter, sorted {ts: -1}, limit 1: as users write it.
+    Sorted,
+    /// A range on ts ({ts: {$gte: 0}}) with the sort.
+    Filtered,
+    /// Pull with POST /v1/aggregate [{$group: {_id: null, ts: {$max: "$ts"}}}].
+    Group,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -288,6 +300,9 @@ enum Command {
         /// Period of the pull evaluator's query for the newest event time.
         #[arg(long, default_value_t = 100)]
         pull_ms: u64,
+        /// How the evaluators ask for the newest event time.
+        #[arg(long, value_enum, default_value = "sorted")]
+        reader: ReaderArg,
         /// Fields exempted from automatic indexing (comma-separated; empty: none).
         #[arg(long, value_delimiter = ',', default_value = "text")]
         exempt: Vec<String>,
@@ -582,6 +597,7 @@ fn main() {
                         WorkloadArg::Regex => Workload::Regex,
                         WorkloadArg::Suffix => Workload::Suffix,
                         WorkloadArg::Scan => Workload::Scan,
+                        WorkloadArg::Count => Workload::Count,
                     })
                     .collect(),
                 queries,
@@ -690,6 +706,7 @@ fn main() {
             via,
             batch_ms,
             pull_ms,
+            reader,
             exempt,
             durability,
             cache_mib,
@@ -709,6 +726,11 @@ fn main() {
                 via: via_of(via),
                 batch_ms,
                 pull_ms,
+                reader: match reader {
+                    ReaderArg::Sorted => herald_bench::rockbench::Reader::Sorted,
+                    ReaderArg::Filtered => herald_bench::rockbench::Reader::Filtered,
+                    ReaderArg::Group => herald_bench::rockbench::Reader::Group,
+                },
                 exempt: exempt.into_iter().filter(|e| !e.is_empty()).collect(),
                 durability: durability_of(durability),
                 cache_mib,

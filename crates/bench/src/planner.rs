@@ -6,7 +6,11 @@
 //! - "newest 50 of a room": `{"room":"rK"}` sorted `{"ts":-1}`, limit 50, a random room each
 //!   time; served by an ordered scan of the composite index;
 //! - "newest 1 overall": no filter, sorted `{"ts":-1}`, limit 1; served by an ordered scan of
-//!   the automatic `ts` index.
+//!   the automatic `ts` index;
+//! - "count of a ts range": `POST /v1/aggregate` `[{$match: {ts: {$gte: s, $lt: s + 100000}}},
+//!   {$count: "n"}]` at a random `s`: 100,000 index keys counted, no document read;
+//! - "max ts by $group": `[{$group: {_id: null, m: {$max: "$ts"}}}]`, the RockBench reader's
+//!   `max(_event_time)`: one entry of the `ts` index.
 //!
 //! Each runs over HTTP (one keep-alive client, one request at a time: latency, not capacity)
 //! and, after the server is stopped, in-process on the same data (`Db::query` timed: the
@@ -18,6 +22,7 @@ use crate::harness::server::{Server, ServerOptions};
 use crate::harness::Durability;
 use hdrhistogram::Histogram;
 use herald_db::{Db, DbOptions};
+use herald_query::pipeline::Pipeline;
 use herald_query::Query;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -31,26 +36,72 @@ pub struct PlannerBenchOptions {
     pub out: std::path::PathBuf,
 }
 
-/// One query shape: its body for a random room.
+/// Keys a counted range spans.
+const COUNT_RANGE: usize = 100_000;
+
+/// One query shape: its body for a random number below the room count (or, for a range, below
+/// the document count), and the documents every answer has.
 struct Shape {
     name: &'static str,
+    /// `POST /v1/aggregate` (else `/v1/query`).
+    aggregate: bool,
     body: fn(usize) -> Value,
+    /// Picks the body's number: `rng`, rooms, docs.
+    pick: fn(&mut fastrand::Rng, usize, usize) -> usize,
     limit: usize,
 }
 
-fn shapes() -> [Shape; 2] {
+fn any_room(rng: &mut fastrand::Rng, rooms: usize, _docs: usize) -> usize {
+    rng.usize(0..rooms)
+}
+
+fn shapes() -> [Shape; 4] {
     [
         Shape {
             name: "newest 50 of a room",
+            aggregate: false,
             body: |room| json!({"collection": "chat", "filter": {"room": format!("r{room}")}, "sort": {"ts": -1}, "limit": 50}),
+            pick: any_room,
             limit: 50,
         },
         Shape {
             name: "newest 1 overall",
+            aggregate: false,
             body: |_| json!({"collection": "chat", "sort": {"ts": -1}, "limit": 1}),
+            pick: any_room,
+            limit: 1,
+        },
+        Shape {
+            name: "count of a ts range",
+            aggregate: true,
+            body: |s| {
+                json!({"collection": "chat", "pipeline": [
+                {"$match": {"ts": {"$gte": s, "$lt": s + COUNT_RANGE}}}, {"$count": "n"}]})
+            },
+            pick: |rng, _, docs| rng.usize(0..=docs.saturating_sub(COUNT_RANGE)),
+            limit: 1,
+        },
+        Shape {
+            name: "max ts by $group",
+            aggregate: true,
+            body: |_| {
+                json!({"collection": "chat", "pipeline": [
+                {"$group": {"_id": null, "m": {"$max": "$ts"}}}]})
+            },
+            pick: any_room,
             limit: 1,
         },
     ]
+}
+
+impl Shape {
+    fn path(&self) -> &'static str {
+        if self.aggregate {
+            "/v1/aggregate"
+        } else {
+            "/v1/query"
+        }
+    }
 }
 
 fn hist() -> Histogram<u64> {
@@ -116,14 +167,21 @@ async fn load(base: &str, opts: &PlannerBenchOptions) -> Result<f64, String> {
 /// The plan and keys examined of one query, asked over HTTP with `explain`.
 async fn explain(conn: &mut Conn, mut body: Value) -> Result<Value, String> {
     body["explain"] = json!(true);
+    let path = if body.get("pipeline").is_some() {
+        "/v1/aggregate"
+    } else {
+        "/v1/query"
+    };
     let r = conn
-        .request("POST", "/v1/query", Some(body.to_string().as_bytes()))
+        .request("POST", path, Some(body.to_string().as_bytes()))
         .await?;
     let v: Value = serde_json::from_slice(&r.body).map_err(|e| e.to_string())?;
     if r.status != 200 {
         return Err(format!("explain: {} {v}", r.status));
     }
-    Ok(v["explain"].clone())
+    // An aggregation explains its head query.
+    let e = &v["explain"];
+    Ok(e.get("query").unwrap_or(e).clone())
 }
 
 async fn over_http(
@@ -135,10 +193,10 @@ async fn over_http(
     let mut rng = fastrand::Rng::with_seed(7);
     let deadline = Instant::now() + Duration::from_secs(opts.secs);
     while Instant::now() < deadline {
-        let body = (shape.body)(rng.usize(0..opts.rooms)).to_string();
+        let body = (shape.body)((shape.pick)(&mut rng, opts.rooms, opts.docs)).to_string();
         let t = Instant::now();
         let r = conn
-            .request("POST", "/v1/query", Some(body.as_bytes()))
+            .request("POST", shape.path(), Some(body.as_bytes()))
             .await?;
         let _ = h.record(t.elapsed().as_micros().max(1) as u64);
         let n = serde_json::from_slice::<Value>(&r.body)
@@ -163,16 +221,25 @@ fn in_process(
     let mut rng = fastrand::Rng::with_seed(11);
     let deadline = Instant::now() + Duration::from_secs(opts.secs);
     while Instant::now() < deadline {
-        let mut body = (shape.body)(rng.usize(0..opts.rooms));
+        let mut body = (shape.body)((shape.pick)(&mut rng, opts.rooms, opts.docs));
         if let Some(m) = body.as_object_mut() {
             m.remove("collection");
         }
-        let q = Query::parse(&body).map_err(|e| e.to_string())?;
-        let t = Instant::now();
-        let out = db.query("chat", &q).map_err(|e| e.to_string())?;
+        let t;
+        let docs = if shape.aggregate {
+            let p = Pipeline::parse(&body["pipeline"]).map_err(|e| e.to_string())?;
+            t = Instant::now();
+            db.aggregate("chat", &p, None)
+                .map_err(|e| e.to_string())?
+                .docs
+        } else {
+            let q = Query::parse(&body).map_err(|e| e.to_string())?;
+            t = Instant::now();
+            db.query("chat", &q).map_err(|e| e.to_string())?.docs
+        };
         let _ = h.record(t.elapsed().as_micros().max(1) as u64);
-        if out.docs.len() != shape.limit {
-            return Err(format!("{}: {} docs", shape.name, out.docs.len()));
+        if docs.len() != shape.limit {
+            return Err(format!("{}: {} docs", shape.name, docs.len()));
         }
     }
     Ok(h)
@@ -191,6 +258,14 @@ pub async fn run(opts: PlannerBenchOptions) -> Result<(), String> {
     let mut rows = Vec::new();
     for shape in shapes() {
         let explained = explain(&mut conn, (shape.body)(opts.rooms / 3)).await?;
+        if shape.aggregate && shape.name.starts_with("count") {
+            let want = COUNT_RANGE.min(opts.docs - opts.rooms / 3) as u64;
+            if explained["returned"].as_u64() != Some(1)
+                || explained["keysExamined"].as_u64() != Some(want)
+            {
+                return Err(format!("{}: explain {explained}", shape.name));
+            }
+        }
         let http = over_http(&mut conn, &shape, &opts).await?;
         rows.push((shape, explained, http));
     }
@@ -203,7 +278,7 @@ pub async fn run(opts: PlannerBenchOptions) -> Result<(), String> {
     let reopen_secs = reopen.elapsed().as_secs_f64();
     let mut report_rows = Vec::new();
     println!(
-        "{:<22} {:<24} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "{:<22} {:<26} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "query",
         "plan",
         "keys",
@@ -224,7 +299,7 @@ pub async fn run(opts: PlannerBenchOptions) -> Result<(), String> {
         );
         let (h, s) = (latency(&http), latency(&server_side));
         println!(
-            "{:<22} {:<24} {:>6} {:>6} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+            "{:<22} {:<26} {:>6} {:>6} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
             shape.name,
             plan,
             explained["keysExamined"].as_u64().unwrap_or(0),
@@ -241,7 +316,9 @@ pub async fn run(opts: PlannerBenchOptions) -> Result<(), String> {
             "http_ms": h, "server_side_ms": s,
         }));
     }
-    println!("(latency in ms; server side: Db::query in-process on the same data)");
+    println!(
+        "(latency in ms; server side: Db::query or Db::aggregate in-process on the same data)"
+    );
     let report = json!({
         "benchmark": "planner", "docs": opts.docs, "rooms": opts.rooms, "secs_per_phase": opts.secs,
         "bulk_load": {"seconds": load_secs, "docs_per_sec": opts.docs as f64 / load_secs},

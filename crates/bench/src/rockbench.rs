@@ -62,6 +62,8 @@ pub struct RockOptions {
     pub batch_ms: u64,
     /// The pull evaluator's period.
     pub pull_ms: u64,
+    /// How the evaluators ask for the newest event.
+    pub reader: Reader,
     /// Fields exempted from automatic indexing.
     pub exempt: Vec<String>,
     pub durability: Durability,
@@ -237,12 +239,48 @@ impl Clock {
     }
 }
 
-/// The newest event's time: both evaluators' query. The range on `ts` lets the planner walk
-/// the automatic `ts` index from its end (documents without `ts` are not in that index, so an
-/// unfiltered sort cannot use it and scans the collection instead).
-fn newest_query() -> Value {
-    json!({"collection": COLLECTION, "filter": {"ts": {"$gte": 0}}, "sort": {"ts": -1},
+/// How the evaluators ask for the newest event's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reader {
+    /// As users write it: no filter, sorted `{ts: -1}`, limit 1 (pull and live).
+    #[default]
+    Sorted,
+    /// With a range on `ts` (`{ts: {$gte: 0}}`), which older planners needed to walk the `ts`
+    /// index (pull and live).
+    Filtered,
+    /// Pull: `POST /v1/aggregate [{$group: {_id: null, ts: {$max: "$ts"}}}]` (the RockBench
+    /// seed's `max(_event_time)`); live: the sorted query.
+    Group,
+}
+
+impl Reader {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reader::Sorted => "sorted",
+            Reader::Filtered => "filtered",
+            Reader::Group => "group",
+        }
+    }
+}
+
+/// The newest event's time: the live evaluator's query (and the pull evaluator's, unless it
+/// aggregates). Both forms walk the automatic `ts` index from its end.
+fn newest_query(reader: Reader) -> Value {
+    let filter = match reader {
+        Reader::Filtered => json!({"ts": {"$gte": 0}}),
+        Reader::Sorted | Reader::Group => json!({}),
+    };
+    json!({"collection": COLLECTION, "filter": filter, "sort": {"ts": -1},
            "limit": 1, "projection": {"ts": 1}})
+}
+
+/// The pull evaluator's request; its answer's first document has the newest `ts`.
+fn pull_request(reader: Reader) -> Value {
+    match reader {
+        Reader::Group => json!({"collection": COLLECTION,
+            "pipeline": [{"$group": {"_id": null, "ts": {"$max": "$ts"}}}]}),
+        r => newest_query(r),
+    }
 }
 
 /// One generator: its share of the schedule, batched every `batch_ms`.
@@ -422,19 +460,24 @@ async fn measure(
     // Evaluator (b): a subscription to the newest event.
     let rec = recorder.clone();
     let resumes = Arc::new(AtomicU64::new(0));
-    let live = client::subscribe(addr, newest_query(), resumes.clone(), move |c, at| {
-        if c["kind"] == "add" {
-            if let Some(ts) = c["doc"]["ts"].as_u64() {
-                rec.record(LIVE, at, clock.latency_us(ts, at));
+    let live = client::subscribe(
+        addr,
+        newest_query(opts.reader),
+        resumes.clone(),
+        move |c, at| {
+            if c["kind"] == "add" {
+                if let Some(ts) = c["doc"]["ts"].as_u64() {
+                    rec.record(LIVE, at, clock.latency_us(ts, at));
+                }
             }
-        }
-    })
+        },
+    )
     .await?;
     // Evaluator (a): poll the newest visible event time while events are due.
     let (rec, pull_http, pull_ms) = (recorder.clone(), http.clone(), opts.pull_ms.max(1));
     let end = clock.start + Duration::from_secs_f64(schedule.secs());
+    let q = pull_request(opts.reader);
     let pull = tokio::spawn(async move {
-        let q = newest_query();
         let mut tick = tokio::time::interval(Duration::from_millis(pull_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while Instant::now() < end {
@@ -617,7 +660,7 @@ fn options_json(opts: &RockOptions) -> Value {
     json!({
         "rate": opts.rate, "secs": opts.secs, "shape_pct": opts.shape, "overwrite": opts.overwrite,
         "sparse": opts.sparse, "generators": opts.generators, "via": opts.via.name(),
-        "batch_ms": opts.batch_ms, "pull_ms": opts.pull_ms, "exempt": opts.exempt,
+        "batch_ms": opts.batch_ms, "pull_ms": opts.pull_ms, "reader": opts.reader.name(), "exempt": opts.exempt,
         "durability": durability_name(opts.durability), "cache_mib": opts.cache_mib,
     })
 }
@@ -822,6 +865,7 @@ mod tests {
             via: Via::Ws,
             batch_ms: 10,
             pull_ms: 100,
+            reader: Reader::Sorted,
             exempt: vec![],
             durability: Durability::NoSync,
             cache_mib: None,
@@ -902,7 +946,7 @@ mod tests {
             })
             .collect();
         db.commit(writes).unwrap();
-        let q = newest_query();
+        let q = newest_query(Reader::Sorted);
         let parts = herald_protocol::QueryParts {
             filter: q.get("filter").cloned(),
             sort: q.get("sort").cloned(),

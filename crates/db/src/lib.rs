@@ -64,8 +64,8 @@ pub use catalog::{CompositeIndex, IndexField, IndexState};
 pub use clock::{Advanced, Clock};
 pub use commitlog::{LogRead, LOG_PRUNE_PER_COMMIT_MAX, LOG_PRUNE_RESCAN_EVERY};
 pub use db::{
-    Db, DbOptions, IndexListing, PlanResult, QueryOutcome, StateDigest, StoredDoc,
-    BUILD_CHUNK_DOCS, COLLECTIONS_LIST_MAX, COMPOSITE_INDEXES_MAX,
+    AggregateOutcome, Db, DbOptions, IndexListing, PlanResult, QueryOutcome, StateDigest,
+    StoredDoc, AGGREGATE_DOCS_MAX, BUILD_CHUNK_DOCS, COLLECTIONS_LIST_MAX, COMPOSITE_INDEXES_MAX,
 };
 pub use error::DbError;
 pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};

@@ -136,13 +136,23 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     /// Running the pipeline's head as a query and the rest in memory (what the server does)
-    /// gives the whole pipeline's answer over the collection in `_id` order.
+    /// gives the whole pipeline's answer over the collection in `_id` order, and so does
+    /// streaming the head's result through the stages after it.
     #[test]
     fn pipeline_head_query_split_agrees_with_the_whole_pipeline(spec in head_and_group(), ds in docs()) {
         let p = Pipeline::parse(&spec).unwrap();
         let (q, covered): (Query, usize) = p.head_query(usize::MAX);
-        let split = p.run_from(covered, q.run(&ds)).unwrap();
-        prop_assert_eq!(split, p.run(ds).unwrap());
+        let head = q.run(&ds);
+        let split = p.run_from(covered, head.clone()).unwrap();
+        let whole = p.run(ds).unwrap();
+        // Streaming the head's result one document at a time gives the same answer.
+        if let Some(mut s) = p.streaming(covered) {
+            for d in head {
+                s.push(d).unwrap();
+            }
+            prop_assert_eq!(s.finish().unwrap(), whole.clone());
+        }
+        prop_assert_eq!(split, whole);
     }
 
     /// `$sum`, `$min`, `$max` and `$count` do not depend on the input order, and neither does the

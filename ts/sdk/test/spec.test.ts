@@ -425,3 +425,16 @@ test("a token authenticates HTTP and the WebSocket; a wrong one is reported and 
     await secured.destroy();
   }
 });
+
+test("aggregate runs a pipeline on the server after the client's own writes", async () => {
+  const { h, c } = await setup();
+  await put(c, "a", { room: "r1", n: 2 });
+  await put(c, "b", { room: "r2", n: 5 });
+  await h.set(h.doc(`${c}/x`), { room: "r1", n: 1 });
+  const r = await h.aggregate(c, [{ $group: { _id: "$room", n: { $sum: "$n" }, c: { $count: {} } } }, { $sort: { _id: 1 } }]);
+  assert.deepEqual(r.docs, [{ _id: "r1", n: 3, c: 2 }, { _id: "r2", n: 5, c: 1 }]);
+  assert.ok(r.seq >= 3);
+  const counted = await h.aggregate(h.collection(c), [{ $match: { n: { $gte: 2 } } }, { $count: "n" }]);
+  assert.deepEqual(counted.docs, [{ n: 2 }]);
+  await assert.rejects(h.aggregate(c, [{ $out: "x" }]), (e: unknown) => e instanceof HeraldError && e.code === "unknown_operator");
+});

@@ -477,8 +477,14 @@ async fn open_subscription(
 
 /// `POST /v1/query`; the response body.
 pub async fn query(http: &reqwest::Client, addr: SocketAddr, q: &Value) -> Result<Value, String> {
+    // A body with a pipeline is an aggregation.
+    let path = if q.get("pipeline").is_some() {
+        "aggregate"
+    } else {
+        "query"
+    };
     let r = http
-        .post(format!("http://{addr}/v1/query"))
+        .post(format!("http://{addr}/v1/{path}"))
         .json(q)
         .send()
         .await

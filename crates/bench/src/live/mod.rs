@@ -5,8 +5,10 @@
 //! WIDTH}}`, so every write matches exactly one query. The prefix workload subscribes
 //! `{"key": {"$regex": "^k0000042x"}}` instead (each write's `key` starts with one query's
 //! prefix); the suffix workload `{"rs": {"$regex": ":0000042$"}}`, an unanchored regex as a new
-//! user writes it (each write's `rs` ends with one query's number). Latency runs from just
-//! before a write is sent until its subscriber has the change.
+//! user writes it (each write's `rs` ends with one query's number); the count workload
+//! subscribes a live aggregation per room (a count and a sum of the documents whose `rk` is the
+//! query's number). Latency runs from just before a write is sent until its subscriber has the
+//! change.
 //!
 //! - Explicit mode (`--queries`, `--rates`): one run per configuration, printed as a table.
 //! - Search mode (`--search`): per workload, the most active queries sustainable at 1,000
@@ -49,6 +51,10 @@ pub enum Workload {
     /// against every query's filter (the scan list); each write's `rk` is one query's number.
     /// The workload of the matching grid's scaling experiment.
     Scan,
+    /// Live aggregations: subscription `q` is the pipeline `[{$match: {rk: q}}, {$group: {_id:
+    /// null, n: {$count: {}}, s: {$sum: "$i1"}, last: {$max: "$k"}}}]`, a per-room count and sum
+    /// (`last`, the newest write's number, tells which write a change carries).
+    Count,
 }
 
 impl Workload {
@@ -58,6 +64,7 @@ impl Workload {
             Workload::Regex => "regex",
             Workload::Suffix => "suffix",
             Workload::Scan => "scan",
+            Workload::Count => "count",
         }
     }
 
@@ -71,14 +78,23 @@ impl Workload {
             Workload::Regex => json!({"key": {"$regex": format!("^k{q:07}x")}}),
             Workload::Suffix => json!({"rs": {"$regex": format!(":{q:07}$")}}),
             Workload::Scan => json!({"$or": [{"rk": q}, {"rk": -1}]}),
+            Workload::Count => json!({"rk": q}),
         }
+    }
+
+    /// The pipeline of subscription `q`, for the workloads that aggregate.
+    pub fn pipeline(self, q: u64) -> Option<Value> {
+        (self == Workload::Count).then(|| {
+            json!([{"$match": self.filter(q)}, {"$group": {"_id": null, "n": {"$count": {}},
+                "s": {"$sum": "$i1"}, "last": {"$max": "$k"}}}])
+        })
     }
 }
 
 /// A written document: five 10-letter strings and five integers (`random` decides the range
 /// query it matches), plus `key`, whose prefix decides the regex query it matches, `rs`, a
 /// word, `:` and a 7-digit number that decides the suffix query it matches, and for the scan
-/// workload `rk`, the number of the query it matches.
+/// and count workloads `rk`, the number of the query it matches.
 pub fn document(rng: &mut impl Rng, queries: u64, workload: Workload) -> Value {
     let mut doc = json!({
         "s1": word(rng), "s2": word(rng), "s3": word(rng), "s4": word(rng), "s5": word(rng),
@@ -88,7 +104,7 @@ pub fn document(rng: &mut impl Rng, queries: u64, workload: Workload) -> Value {
         "key": format!("k{:07}x{}", rng.gen_range(0..queries), word(rng)),
         "rs": format!("{}:{:07}", word(rng), rng.gen_range(0..queries)),
     });
-    if workload == Workload::Scan {
+    if matches!(workload, Workload::Scan | Workload::Count) {
         doc["rk"] = json!(rng.gen_range(0..queries));
     }
     doc

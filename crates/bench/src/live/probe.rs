@@ -205,8 +205,12 @@ async fn subscribe(
             .step_by(connections as usize)
             .collect();
         for q in &mine {
-            let msg = json!({"op": "subscribe", "sub": format!("q{q}"), "collection": "bench",
-                             "filter": cfg.workload.filter(*q)});
+            let msg = match cfg.workload.pipeline(*q) {
+                Some(p) => json!({"op": "subscribe", "sub": format!("q{q}"),
+                                  "collection": "bench", "pipeline": p}),
+                None => json!({"op": "subscribe", "sub": format!("q{q}"), "collection": "bench",
+                               "filter": cfg.workload.filter(*q)}),
+            };
             ws.feed(Message::Text(msg.to_string().into()))
                 .await
                 .map_err(|e| e.to_string())?;
@@ -215,6 +219,7 @@ async fn subscribe(
         let (sent_at, hist, delivered) = (sent_at.clone(), hist.clone(), delivered.clone());
         let mut ready = Some(ready_tx.clone());
         let mut initials_left = mine.len();
+        let aggregates = cfg.workload.pipeline(0).is_some();
         readers.push(tokio::spawn(async move {
             if initials_left == 0 {
                 let _ = ready.take().expect("once").send(Ok(())).await;
@@ -243,13 +248,20 @@ async fn subscribe(
                     }
                     Some("changes") => {
                         for ch in v["changes"].as_array().into_iter().flatten() {
-                            let id = ch["id"].as_str().unwrap_or_default();
-                            let Some(k) = id.strip_prefix('w').and_then(|k| k.parse().ok()) else {
+                            // A query's add names the write by its id; an aggregation's row
+                            // carries the newest write's number as `last`.
+                            let k = match ch["kind"].as_str() {
+                                Some("add") if aggregates => ch["doc"]["last"].as_u64(),
+                                Some("add") => ch["id"]
+                                    .as_str()
+                                    .and_then(|id| id.strip_prefix('w'))
+                                    .and_then(|k| k.parse().ok()),
+                                Some("change") if aggregates => ch["doc"]["last"].as_u64(),
+                                _ => None,
+                            };
+                            let Some(k) = k else {
                                 continue;
                             };
-                            if ch["kind"] != "add" {
-                                continue;
-                            }
                             let t0 = sent_at.lock().expect("lock").remove(&k);
                             if let Some(t0) = t0 {
                                 let us = now.duration_since(t0).as_micros().max(1) as u64;
@@ -305,7 +317,10 @@ async fn write(
             let (queries, workload) = (cfg.queries, cfg.workload);
             tokio::spawn(async move {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(k);
-                let doc = document(&mut rng, queries, workload);
+                let mut doc = document(&mut rng, queries, workload);
+                if workload.pipeline(0).is_some() {
+                    doc["k"] = json!(k);
+                }
                 let url = format!("http://{addr}/v1/docs/bench/w{k}");
                 sent_at.lock().expect("lock").insert(k, Instant::now());
                 let ok = matches!(client.put(url).json(&doc).send().await,
@@ -353,7 +368,10 @@ async fn write_stream(
         let due = ((start.elapsed().as_secs_f64() * cfg.rate as f64) as u64 + 1).min(total);
         while k < due {
             let mut rng = rand::rngs::StdRng::seed_from_u64(k);
-            let doc = document(&mut rng, cfg.queries, cfg.workload);
+            let mut doc = document(&mut rng, cfg.queries, cfg.workload);
+            if cfg.workload.pipeline(0).is_some() {
+                doc["k"] = json!(k);
+            }
             let mut line = serde_json::to_vec(
                 &json!({"op": "put", "collection": "bench", "id": format!("w{k}"), "doc": doc}),
             )

@@ -35,6 +35,8 @@ pub fn target(workload: Workload, series: Series) -> Option<u64> {
         (Workload::Regex, Series::Writes) | (Workload::Scan, _) => None,
         (Workload::Suffix, Series::Queries) => Some(10_000),
         (Workload::Suffix, Series::Writes) => None,
+        (Workload::Count, Series::Queries) => Some(10_000),
+        (Workload::Count, Series::Writes) => Some(5_000),
     }
 }
 

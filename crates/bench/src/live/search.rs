@@ -133,7 +133,7 @@ async fn run_series(
         Series::Queries => (
             s.start_queries.unwrap_or(match workload {
                 Workload::Range => 25_000,
-                Workload::Regex | Workload::Suffix | Workload::Scan => 1_000,
+                Workload::Regex | Workload::Suffix | Workload::Scan | Workload::Count => 1_000,
             }),
             s.max_queries,
         ),

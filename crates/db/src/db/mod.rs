@@ -4,6 +4,7 @@
 //! (`indexes.rs`), triggers and tasks (`triggers.rs`), listing collections (`collections.rs`),
 //! system records (`system.rs`).
 
+mod aggregate;
 mod collections;
 mod indexes;
 mod query;
@@ -12,6 +13,7 @@ mod submit;
 mod system;
 mod triggers;
 
+pub use aggregate::{AggregateOutcome, AGGREGATE_DOCS_MAX};
 pub use collections::COLLECTIONS_LIST_MAX;
 pub use indexes::IndexListing;
 pub use query::PlanResult;

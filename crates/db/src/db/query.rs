@@ -21,7 +21,7 @@ pub struct PlanResult {
 
 impl Db {
     /// Every plan the planner could choose for `query`, on the catalog as it is now.
-    fn plans(&self, collection: &str, query: &Query) -> Vec<Plan> {
+    pub(super) fn plans(&self, collection: &str, query: &Query) -> Vec<Plan> {
         let cat = self.inner.catalog.read().expect("catalog lock");
         let ctx = PlanCtx {
             collection,

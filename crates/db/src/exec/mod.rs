@@ -1,8 +1,9 @@
 //! Running a plan against one storage snapshot: candidates, fetch, filter and cursors, sort,
-//! skip, limit, project. Every candidate is re-checked with the full filter, so index plans only need to be
-//! supersets. Memory is bounded: at most `skip + limit` sorted documents are kept when a limit is
-//! given, and no query returns more than [`QUERY_DOCS_MAX`] documents. A plan run as a trial
-//! (see `planner/choose.rs`) stops with no result once it has examined its budget.
+//! skip, limit, project. Every candidate is re-checked with the full filter and the cursors
+//! (`Query::matches`), so index plans only need to be supersets. Memory is bounded: at most
+//! `skip + limit` sorted documents are kept when a limit is given, and no query returns more
+//! than [`QUERY_DOCS_MAX`] documents. A plan run as a trial (see `planner/choose.rs`) stops with
+//! no result once it has examined its budget.
 
 mod ordered;
 
@@ -110,6 +111,82 @@ fn run(
         }
     }
     Ok(Some(out.finish(matches!(plan, Plan::Ordered(_)))))
+}
+
+/// Calls `each` with every document matching `q` (filter and cursors), in `_id` order, for a
+/// plan that needs no sort (anything but an ordered scan); at most `docs_max` documents are read
+/// (past it, `ResultTooLarge`). The candidates of an index plan are collected first (as ids), so they are
+/// bounded by `docs_max` too.
+pub fn for_each_match(
+    read: &ReadTxn,
+    collection: &str,
+    q: &Query,
+    plan: &Plan,
+    docs_max: usize,
+    ex: &mut Examined,
+    each: &mut dyn FnMut(Value) -> Result<(), DbError>,
+) -> Result<(), DbError> {
+    let mut fetched = 0usize;
+    let mut take = |v: &[u8], ex: &mut Examined| -> Result<(), DbError> {
+        fetched += 1;
+        if fetched > docs_max {
+            return Err(DbError::ResultTooLarge(docs_max));
+        }
+        ex.docs += 1;
+        let (_, doc) = decode_doc(v)?;
+        if q.matches(&doc) {
+            each(doc)?;
+        }
+        Ok(())
+    };
+    match plan {
+        Plan::Scan | Plan::Ordered(_) => {
+            for entry in read.prefix(Table::Docs, &collection_prefix(collection))? {
+                let (_, v) = entry?;
+                take(&v, ex)?;
+            }
+        }
+        _ => {
+            let mut ids = BTreeSet::new();
+            candidates(read, plan, Budget(None), &mut ids, ex)?;
+            if ids.len() > docs_max {
+                return Err(DbError::ResultTooLarge(docs_max));
+            }
+            for id in ids {
+                if let Some(v) = read.get(Table::Docs, &doc_key(collection, &id))? {
+                    take(&v, ex)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The number of entries in `[start, end)` of the index table, read as keys only.
+pub fn count_entries(
+    read: &ReadTxn,
+    start: &[u8],
+    end: &[u8],
+    ex: &mut Examined,
+) -> Result<u64, DbError> {
+    let mut n = 0u64;
+    for entry in read.range(Table::Index, start..end)? {
+        entry?;
+        n += 1;
+    }
+    ex.keys += n as usize;
+    Ok(n)
+}
+
+/// The number of documents in a collection (their records are not decoded).
+pub fn count_docs(read: &ReadTxn, collection: &str, ex: &mut Examined) -> Result<u64, DbError> {
+    let mut n = 0u64;
+    for entry in read.prefix(Table::Docs, &collection_prefix(collection))? {
+        entry?;
+        n += 1;
+    }
+    ex.docs += n as usize;
+    Ok(n)
 }
 
 fn is_id_order(q: &Query) -> bool {

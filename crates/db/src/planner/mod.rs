@@ -15,7 +15,7 @@ mod ordered;
 mod ranges;
 
 pub use choose::{choose, Chosen, Estimate};
-pub use ranges::{field_ranges, Ranges};
+pub use ranges::{field_ranges, only_conjuncts, Ranges};
 
 use crate::catalog::{CollectionCatalog, IndexState};
 use crate::indexer::{composite_index_name, field_index_name};

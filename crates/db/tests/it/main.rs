@@ -1,5 +1,6 @@
 //! The database's integration tests, one test binary (each binary links the whole crate graph,
 //! and linking is most of an incremental test build): the database on a real store (`db.rs`),
+//! the planner (`planner.rs`) and pull aggregations (`aggregate.rs`),
 //! the live-query engine against it (`live_engine.rs`, and over the threaded matching grid in
 //! `live_grid.rs`), the live-query model test
 //! (`live_model.rs`), trigger queues (`triggers.rs`) and random fault schedules under all of
@@ -8,6 +9,7 @@
 //! The modules' tests run in parallel threads of one process: nothing here may set environment
 //! variables or other process-wide state.
 
+mod aggregate;
 mod db;
 mod fault_schedules;
 mod live_engine;

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-fn open(dir: &std::path::Path, key_bytes: usize) -> Db {
+pub(crate) fn open(dir: &std::path::Path, key_bytes: usize) -> Db {
     let options = DbOptions {
         durability: Durability::NoSync,
         string_key_bytes_max: key_bytes,
@@ -20,7 +20,7 @@ fn open(dir: &std::path::Path, key_bytes: usize) -> Db {
     Db::open(dir, options).unwrap()
 }
 
-fn put(id: &str, doc: Value) -> Write {
+pub(crate) fn put(id: &str, doc: Value) -> Write {
     Write::Put {
         collection: "c".into(),
         id: id.into(),
@@ -345,7 +345,7 @@ fn an_ordered_scan_with_a_residual_filter_is_tried_within_a_budget() {
 
 // ---- Every plan against the reference ----
 
-fn scalar() -> impl Strategy<Value = Value> {
+pub(crate) fn scalar() -> impl Strategy<Value = Value> {
     prop_oneof![
         1 => Just(Value::Null),
         1 => any::<bool>().prop_map(Value::Bool),
@@ -356,7 +356,7 @@ fn scalar() -> impl Strategy<Value = Value> {
 }
 
 /// A value at any path: mostly scalars, or (when `messy`) arrays, empty arrays and objects.
-fn value(messy: bool) -> BoxedStrategy<Value> {
+pub(crate) fn value(messy: bool) -> BoxedStrategy<Value> {
     if !messy {
         return prop_oneof![6 => scalar(), 1 => Just(Value::Null)].boxed();
     }
@@ -368,7 +368,7 @@ fn value(messy: bool) -> BoxedStrategy<Value> {
     .boxed()
 }
 
-fn group() -> impl Strategy<Value = Value> {
+pub(crate) fn group() -> impl Strategy<Value = Value> {
     prop_oneof![
         4 => prop::sample::select(vec!["r0", "r1", "r2"]).prop_map(Value::from),
         1 => Just(json!(["r0", "r2"])),
@@ -378,7 +378,7 @@ fn group() -> impl Strategy<Value = Value> {
 
 /// A document over `g` (a group, sometimes an array of groups), `t` and `b` (scalars with many
 /// ties; arrays and objects when messy) and `a` (anything); any field may be missing.
-fn doc(messy: bool) -> impl Strategy<Value = Value> {
+pub(crate) fn doc(messy: bool) -> impl Strategy<Value = Value> {
     (
         prop::option::of(group()),
         prop::option::weighted(0.85, value(messy)),
@@ -405,7 +405,7 @@ const COMPOSITES: &[&[(&str, i8)]] = &[
     &[("b", 1), ("g", 1)],
 ];
 
-fn leaf() -> impl Strategy<Value = Value> {
+pub(crate) fn leaf() -> impl Strategy<Value = Value> {
     let path = prop::sample::select(vec!["g", "t", "b", "a"]);
     let op = prop::sample::select(vec!["$gt", "$gte", "$lt", "$lte", "$ne"]);
     let groups = prop::sample::subsequence(vec!["r0", "r1", "r2"], 1..4);
@@ -419,7 +419,7 @@ fn leaf() -> impl Strategy<Value = Value> {
     ]
 }
 
-fn filter() -> impl Strategy<Value = Value> {
+pub(crate) fn filter() -> impl Strategy<Value = Value> {
     prop_oneof![
         1 => Just(json!({})),
         3 => prop::collection::vec(leaf(), 1..4).prop_map(|ls| {
@@ -509,7 +509,7 @@ fn query() -> impl Strategy<Value = Value> {
 }
 
 /// Applies `docs` as puts (`None`: a delete) to the reference map too.
-fn write(
+pub(crate) fn write(
     db: &Db,
     reference: &mut std::collections::BTreeMap<String, Value>,
     docs: Vec<(usize, Option<Value>)>,

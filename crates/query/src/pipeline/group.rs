@@ -45,54 +45,93 @@ impl Group {
     }
 
     pub fn run(&self, docs: Vec<Value>) -> Result<Vec<Value>, QueryError> {
-        let mut index: BTreeMap<Vec<u8>, usize> = BTreeMap::new();
-        let mut groups: Vec<(Value, Vec<AccState>)> = Vec::new();
-        let mut bytes: isize = 0;
-        // The key's encoding, reused across documents: only a new group copies it (and the key).
-        let mut k = Vec::with_capacity(64);
+        let mut run = self.start();
         for doc in &docs {
-            let key = self.id.eval_ref(doc);
-            k.clear();
-            encode_key(key.as_deref().unwrap_or(&Value::Null), &mut k);
-            let g = match index.get(k.as_slice()) {
-                Some(&g) => g,
-                None => {
-                    if groups.len() >= GROUPS_MAX {
-                        return Err(QueryError::LimitExceeded(format!(
-                            "$group would hold more than GROUPS_MAX ({GROUPS_MAX}) groups"
-                        )));
-                    }
-                    let key = key.map_or(Value::Null, |k| k.into_owned());
-                    bytes += (GROUP_BYTES + approx_bytes(&key) + k.len()) as isize;
-                    index.insert(k.clone(), groups.len());
-                    let states = self.accumulators.iter().map(Accumulator::state).collect();
-                    groups.push((key, states));
-                    groups.len() - 1
-                }
-            };
-            for (acc, st) in self.accumulators.iter().zip(&mut groups[g].1) {
-                bytes += st.add(acc.expr.eval_ref(doc))?;
-            }
-            if bytes > BLOCKING_STAGE_BYTES_MAX as isize {
-                return Err(QueryError::LimitExceeded(format!(
-                    "$group would hold more than BLOCKING_STAGE_BYTES_MAX ({BLOCKING_STAGE_BYTES_MAX}) bytes"
-                )));
-            }
+            run.push(doc)?;
         }
         drop(docs);
-        let mut slots: Vec<Option<(Value, Vec<AccState>)>> = groups.into_iter().map(Some).collect();
-        Ok(index
+        Ok(run.finish())
+    }
+
+    /// Starts grouping documents fed one at a time ([`GroupRun::push`]), so an input need not
+    /// be held whole: only the groups are.
+    pub fn start(&self) -> GroupRun<'_> {
+        GroupRun {
+            group: self,
+            index: BTreeMap::new(),
+            groups: Vec::new(),
+            bytes: 0,
+            k: Vec::with_capacity(64),
+        }
+    }
+}
+
+/// A `$group` in progress: the groups so far, bounded by [`GROUPS_MAX`] and
+/// [`BLOCKING_STAGE_BYTES_MAX`].
+pub struct GroupRun<'g> {
+    group: &'g Group,
+    index: BTreeMap<Vec<u8>, usize>,
+    groups: Vec<(Value, Vec<AccState>)>,
+    bytes: isize,
+    /// The key's encoding, reused across documents: only a new group copies it (and the key).
+    k: Vec<u8>,
+}
+
+impl GroupRun<'_> {
+    /// Adds one input document to its group.
+    pub fn push(&mut self, doc: &Value) -> Result<(), QueryError> {
+        let key = self.group.id.eval_ref(doc);
+        self.k.clear();
+        encode_key(key.as_deref().unwrap_or(&Value::Null), &mut self.k);
+        let g = match self.index.get(self.k.as_slice()) {
+            Some(&g) => g,
+            None => {
+                if self.groups.len() >= GROUPS_MAX {
+                    return Err(QueryError::LimitExceeded(format!(
+                        "$group would hold more than GROUPS_MAX ({GROUPS_MAX}) groups"
+                    )));
+                }
+                let key = key.map_or(Value::Null, |k| k.into_owned());
+                self.bytes += (GROUP_BYTES + approx_bytes(&key) + self.k.len()) as isize;
+                self.index.insert(self.k.clone(), self.groups.len());
+                let states = self
+                    .group
+                    .accumulators
+                    .iter()
+                    .map(Accumulator::state)
+                    .collect();
+                self.groups.push((key, states));
+                self.groups.len() - 1
+            }
+        };
+        for (acc, st) in self.group.accumulators.iter().zip(&mut self.groups[g].1) {
+            self.bytes += st.add(acc.expr.eval_ref(doc))?;
+        }
+        if self.bytes > BLOCKING_STAGE_BYTES_MAX as isize {
+            return Err(QueryError::LimitExceeded(format!(
+                "$group would hold more than BLOCKING_STAGE_BYTES_MAX ({BLOCKING_STAGE_BYTES_MAX}) bytes"
+            )));
+        }
+        Ok(())
+    }
+
+    /// One output document per group, in ascending key order.
+    pub fn finish(self) -> Vec<Value> {
+        let accumulators = &self.group.accumulators;
+        let mut slots: Vec<Option<(Value, Vec<AccState>)>> =
+            self.groups.into_iter().map(Some).collect();
+        self.index
             .into_values()
             .map(|g| {
                 let (key, states) = slots[g].take().expect("each group once");
                 let mut out = Map::with_capacity(states.len() + 1);
                 out.insert("_id".into(), key);
-                for (acc, st) in self.accumulators.iter().zip(states) {
+                for (acc, st) in accumulators.iter().zip(states) {
                     out.insert(acc.name.clone(), st.finish());
                 }
                 Value::Object(out)
             })
-            .collect())
+            .collect()
     }
 }
 

@@ -9,7 +9,10 @@
 //!
 //! A caller with a faster path for the head of the pipeline (an index plan) takes it with
 //! [`Pipeline::head_query`] and runs the rest with [`Pipeline::run_from`]; [`Pipeline::run`] is the
-//! reference evaluation that every such path must agree with. Input order matters to
+//! reference evaluation that every such path must agree with. [`Pipeline::streaming`] runs the
+//! stages after the head one input document at a time when they end in a `$group` or `$count`
+//! (`stream.rs`), and [`Pipeline::count_shape`] / [`Pipeline::extreme`] name the shapes an index
+//! answers without reading documents. Input order matters to
 //! `$first`/`$last`/`$push`: the input is the head query's result, ordered by `_id` unless sorted.
 
 mod accum;
@@ -17,12 +20,14 @@ mod expr;
 mod group;
 mod project;
 mod size;
+mod stream;
 mod unwind;
 
 pub use accum::{AccOp, AccState, Accumulator, NumSum};
 pub use expr::{field_path, AggExpr};
-pub use group::Group;
+pub use group::{Group, GroupRun};
 pub use project::Project;
+pub use stream::{CountShape, Extreme, Streaming};
 pub use unwind::Unwind;
 
 use crate::error::QueryError;

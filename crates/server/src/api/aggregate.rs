@@ -4,9 +4,9 @@
 //! The head of the pipeline (a leading `$match`, and a `$sort`/`$skip`/`$limit` right after it)
 //! runs as a query through the database's planner at one snapshot, with an end user's read rule
 //! ANDed into its filter exactly as `POST /v1/query` does: the stages after it only ever see
-//! documents the user may read, so a user's count counts only those. The rest of the pipeline
-//! runs in memory over the query's result (herald-query's `pipeline`, bounded by its limits), on
-//! the blocking pool like a query.
+//! documents the user may read, so a user's count counts only those. `Db::aggregate` runs it
+//! (counts and min/max from indexes, streamed groups, or the rest of the pipeline in memory over
+//! the query's result, bounded by herald-query's limits), on the blocking pool like a query.
 
 use crate::api::body::read_typed;
 use crate::api::error::{ApiError, ApiResult};
@@ -15,7 +15,7 @@ use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::Json;
-use herald_db::{DbError, QUERY_DOCS_MAX};
+use herald_db::{DbError, AGGREGATE_DOCS_MAX};
 use herald_protocol::{AggregateBody, AggregateExplain, AggregateReply, ErrorCode, QueryParts};
 use herald_query::pipeline::{Pipeline, Stage};
 use serde_json::Value;
@@ -31,7 +31,7 @@ pub async fn aggregate(
     let collection = body.collection;
     let spec = Value::Array(body.pipeline);
     let pipeline = Pipeline::parse(&spec).map_err(|e| ApiError::lib(e.code(), e.to_string()))?;
-    let (mut q, covered) = pipeline.head_query(QUERY_DOCS_MAX);
+    let mut filter = None;
     if let Some(user) = p.user() {
         if explain {
             // Plans count examined documents, hidden ones included.
@@ -49,25 +49,24 @@ pub async fn aggregate(
             ..QueryParts::default()
         };
         restrict(&st, &mut parts, &collection, user)?;
-        q.filter = query_of(&parts)?.filter;
+        filter = Some(query_of(&parts)?.filter);
     }
     let db = st.db.clone();
     let out = tokio::task::spawn_blocking(move || {
-        let head = db.query(&collection, &q).map_err(too_large)?;
-        let docs = pipeline
-            .run_from(covered, head.docs)
-            .map_err(|e| ApiError::lib(e.code(), e.to_string()))?;
+        let out = db
+            .aggregate(&collection, &pipeline, filter)
+            .map_err(too_large)?;
         let explain = explain.then(|| AggregateExplain {
-            query: explain_of(head.explain),
-            stages_in_query: covered as u64,
-            stages: pipeline.stages()[covered..]
+            query: explain_of(out.explain),
+            stages_in_query: out.stages_in_query as u64,
+            stages: pipeline.stages()[out.stages_in_query.min(pipeline.stages().len())..]
                 .iter()
                 .map(|s| s.name().to_string())
                 .collect(),
         });
         Ok::<_, ApiError>(AggregateReply {
-            docs,
-            seq: head.seq,
+            docs: out.docs,
+            seq: out.seq,
             explain,
         })
     })
@@ -76,14 +75,19 @@ pub async fn aggregate(
     Ok(Json(out))
 }
 
-/// The database's cap on a query's result is the cap on an aggregation's input: say so.
+/// The database's caps on an aggregation's input: say which, and what to do.
 fn too_large(e: DbError) -> ApiError {
     match e {
+        DbError::ResultTooLarge(n) if n == AGGREGATE_DOCS_MAX => ApiError::new(
+            ErrorCode::ResultTooLarge,
+            format!("the aggregation reads more than {n} documents; narrow its leading $match"),
+        ),
         DbError::ResultTooLarge(n) => ApiError::new(
             ErrorCode::ResultTooLarge,
             format!(
-                "the aggregation reads more than {n} documents; narrow its leading $match \
-                 (or $limit it)"
+                "the aggregation's head query returns more than {n} documents; narrow its \
+                 leading $match, $limit it, or end the per-document stages after it in a \
+                 $group or $count (those stream up to {AGGREGATE_DOCS_MAX} documents)"
             ),
         ),
         e => e.into(),

@@ -11,7 +11,7 @@ import { Query, type QuerySpec } from "../query/query.js";
 import { QueryError } from "../query/errors.js";
 import type { Doc } from "../query/value.js";
 import { COMMIT_WRITES_MAX } from "../limits.js";
-import { decodeQueryResult, type CommitResult } from "../protocol.js";
+import { decodeQueryResult, type CommitResult, type QueryResult } from "../protocol.js";
 import {
   Admin,
   type ClusterStatus,
@@ -234,6 +234,21 @@ export class Herald {
     }
     const view = this.listens.view({ collection: q.collection, query: q.parsed, seq: this.cache.seq }, true);
     return snapshot(view.docs, [], { hasPendingWrites: view.pending, fromCache }, seq);
+  }
+
+  /**
+   * Runs an aggregation pipeline on the server (`POST /v1/aggregate`): the output rows and the
+   * seq of the snapshot they were computed from, after this client's acknowledged writes. The
+   * stages are MongoDB's (`$match`, `$group`, `$sort`, `$skip`, `$limit`, `$project`, `$count`,
+   * `$unwind`); with authentication, the read rule applies before the first stage. It needs the
+   * server: there is no local evaluation, and an unreachable server rejects with a retryable
+   * `HeraldError`.
+   */
+  async aggregate(collection: CollectionRef | string, pipeline: Doc[]): Promise<QueryResult> {
+    await this.ready;
+    const path = typeof collection === "string" ? collection : collection.path;
+    const body = { collection: path, pipeline, ...this.queue.minSeq() };
+    return decodeQueryResult(await this.http.request("POST", "/v1/aggregate", body));
   }
 
   // ---- administration (straight to the server; admin key when authentication is on) ----

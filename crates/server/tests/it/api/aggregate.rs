@@ -1,5 +1,5 @@
 //! `POST /v1/aggregate` against a real server: a grouped answer with the snapshot's seq, the head
-//! `$match` planned like a query (explain), stage errors by code, and an end user's read rule
+//! `$match` planned like a query (explain; a count of an index range reads no document), stage errors by code, and an end user's read rule
 //! applied before the aggregation (a user's count counts only what the user may read).
 
 use super::*;
@@ -78,6 +78,21 @@ async fn explain_shows_the_head_query_plan_and_the_stages_after_it() {
     assert_eq!(e["stages"], json!(["$count"]));
     assert_eq!(e["query"]["returned"], 2, "{e}");
     assert!(e["query"]["plan"]["type"].is_string(), "{e}");
+    // A count of one index range reads keys only, and explain says so.
+    let r = aggregate(
+        &s,
+        json!({"collection": "msgs", "explain": true, "pipeline": [
+            {"$match": {"room": {"$in": ["r0", "r2"]}}}, {"$count": "n"}
+        ]}),
+    )
+    .await
+    .ok(200);
+    assert_eq!(r["docs"], json!([{"n": 4}]));
+    let e = &r["explain"];
+    assert_eq!(e["stagesInQuery"], 2, "{e}");
+    assert_eq!(e["stages"], json!([]), "{e}");
+    assert_eq!(e["query"]["keysExamined"], 4, "{e}");
+    assert_eq!(e["query"]["docsExamined"], 0, "{e}");
     s.stop().await;
 }
 
