@@ -1,8 +1,9 @@
 //! Queries on the wire: the `POST /v1/query` body, the query part of a subscription, the SSE
 //! subscribe parameters and the `explain` output.
 //!
-//! `filter`, `sort`, `skip`, `limit` and `projection` stay JSON values: herald-query parses
-//! them, with their own error codes (`bad_filter`, `bad_sort`, `bad_query`...).
+//! `filter`, `sort`, `skip`, `limit`, `projection` and the cursors (`startAt`, `startAfter`,
+//! `endAt`, `endBefore`) stay JSON values: herald-query parses them, with their own error codes
+//! (`bad_filter`, `bad_sort`, `bad_query`...).
 
 use crate::decode::{members, Decode};
 use crate::error::ErrorCode;
@@ -15,8 +16,8 @@ members! {
     min_seq_member: "minSeq" => Option<u64>;
 }
 
-/// `POST /v1/query`: `{"collection","filter"?,"sort"?,"skip"?,"limit"?,"projection"?,"explain"?,
-/// "minSeq"?}`.
+/// `POST /v1/query`: `{"collection","filter"?,"sort"?,"skip"?,"limit"?,"projection"?,"startAt"?,
+/// "startAfter"?,"endAt"?,"endBefore"?,"explain"?,"minSeq"?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueryBody {
@@ -32,6 +33,20 @@ pub struct QueryBody {
     pub limit: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projection: Option<Value>,
+    /// Cursors (`startAt` or `startAfter`, `endAt` or `endBefore`): arrays of sort values,
+    /// optionally then an `_id`; herald-query checks them against the sort.
+    #[serde(rename = "startAt", default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<Value>,
+    #[serde(
+        rename = "startAfter",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub start_after: Option<Value>,
+    #[serde(rename = "endAt", default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<Value>,
+    #[serde(rename = "endBefore", default, skip_serializing_if = "Option::is_none")]
+    pub end_before: Option<Value>,
     #[serde(
         default,
         deserialize_with = "explain_member",
@@ -63,6 +78,10 @@ impl QueryBody {
             skip: self.skip,
             limit: self.limit,
             projection: self.projection,
+            start_at: self.start_at,
+            start_after: self.start_after,
+            end_at: self.end_at,
+            end_before: self.end_before,
         }
     }
 }
@@ -77,6 +96,10 @@ pub struct QueryParts {
     pub skip: Option<Value>,
     pub limit: Option<Value>,
     pub projection: Option<Value>,
+    pub start_at: Option<Value>,
+    pub start_after: Option<Value>,
+    pub end_at: Option<Value>,
+    pub end_before: Option<Value>,
 }
 
 /// `GET /v1/subscribe?collection=..&filter=<json>&...`: the SSE stream's parameters, each a
@@ -100,6 +123,14 @@ pub struct SubscribeParams {
     /// JSON: a live aggregation's pipeline (an array of stages), instead of the query members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_after: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_before: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<String>,
     /// JSON: a seq the node must have applied before the stream starts.

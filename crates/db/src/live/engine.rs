@@ -849,7 +849,7 @@ pub fn top_at(
                     items.remove(&k);
                 }
                 if let Some(b) = &ch.before {
-                    if query.filter.matches(b) {
+                    if query.matches(b) {
                         put(b.clone(), &mut items, &mut keys);
                     }
                 }

@@ -13,6 +13,8 @@
 //! sort key is null: without a range on the field, the null-or-missing group is read by a
 //! collection scan, before the index ascending and after it descending.
 //!
+//! The query's cursors narrow each stream to the keys between them (`cursor.rs`).
+//!
 //! Stores created before shapes were recorded only get what the planner did then: a sort by
 //! one field, never an array nor a cut string, that the filter holds to scalar ranges.
 
@@ -101,7 +103,7 @@ fn single(ctx: PlanCtx<'_>, query: &Query, key: &SortKey, id_desc: bool) -> Opti
         }
         _ => return None,
     };
-    Some(Plan::Ordered(OrderedScan {
+    let mut scan = OrderedScan {
         index,
         streams: streams
             .into_iter()
@@ -111,7 +113,10 @@ fn single(ctx: PlanCtx<'_>, query: &Query, key: &SortKey, id_desc: bool) -> Opti
         reverse_ties: backward != id_desc,
         nulls_by_scan,
         exact,
-    }))
+    };
+    // A single-field index holds its values ascending.
+    super::cursor::narrow(&mut scan, query, &[Direction::Asc]);
+    Some(Plan::Ordered(scan))
 }
 
 /// Ready composite indexes whose fields are equality-bound fields and then the sort fields.
@@ -189,7 +194,7 @@ fn composites(ctx: PlanCtx<'_>, query: &Query, sort: &[SortKey], id_desc: bool) 
                         .iter()
                         .all(|a| used.iter().any(|u| std::ptr::eq(*a, *u)))
             });
-        out.push(Plan::Ordered(OrderedScan {
+        let mut scan = OrderedScan {
             index: composite_index_name(&ci.name),
             streams: combos
                 .into_iter()
@@ -203,7 +208,10 @@ fn composites(ctx: PlanCtx<'_>, query: &Query, sort: &[SortKey], id_desc: bool) 
             reverse_ties: backward != id_desc,
             nulls_by_scan: false,
             exact,
-        }));
+        };
+        let dirs: Vec<Direction> = ci.fields[bound..].iter().map(|f| f.direction).collect();
+        super::cursor::narrow(&mut scan, query, &dirs);
+        out.push(Plan::Ordered(scan));
     }
     out
 }
