@@ -17,7 +17,7 @@ ERROR_CODES = {
     "conflicting_update_paths", "type_mismatch", "path_not_viable", "immutable_field",
     "numeric_overflow", "bad_pipeline",
 }
-QUERY_KEYS = {"filter", "sort", "skip", "limit", "projection"}
+QUERY_KEYS = {"filter", "sort", "skip", "limit", "projection", "startAt", "startAfter", "endAt", "endBefore"}
 QUERY_CASE_KEYS = {"name", "note", "docs", "query", "expect", "expectDocs", "error"}
 UPDATE_CASE_KEYS = {"name", "note", "doc", "update", "now", "expect", "error"}
 UPSERT_CASE_KEYS = {"name", "note", "filter", "update", "upsert", "expect", "error"}
@@ -76,7 +76,7 @@ def check_query_case(case, where, problems):
             if len(set(exp)) != len(exp):
                 problems.append("%s: expect repeats an _id" % where)
             q = query if isinstance(query, dict) else {}
-            plain = not any(k in q for k in ("sort", "skip", "limit"))
+            plain = not any(k in q for k in ("sort", "skip", "limit", "startAt", "startAfter", "endAt", "endBefore"))
             if plain and exp != sorted(exp, key=lambda s: s.encode("utf-8")):
                 problems.append("%s: without sort/skip/limit, expect must be in _id order" % where)
     if "expectDocs" in case:

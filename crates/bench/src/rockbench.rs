@@ -953,6 +953,7 @@ mod tests {
             skip: q.get("skip").cloned(),
             limit: q.get("limit").cloned(),
             projection: q.get("projection").cloned(),
+            ..Default::default()
         };
         let query = herald::api::query::query_of(&parts).unwrap();
         let out = db.query(COLLECTION, &query).unwrap();

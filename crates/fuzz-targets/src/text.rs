@@ -49,9 +49,9 @@ pub fn bulk_line(data: &[u8]) {
     let _ = herald::api::writes::decode_line(data);
 }
 
-/// A query object `{filter, sort, skip, limit, projection}` (`Query::parse`, what `/v1/query`
-/// and subscriptions run), and the same value as a filter, a sort and a projection on their
-/// own. What is accepted runs against [`sample_docs`]: results obey the sort and the limit.
+/// A query object `{filter, sort, skip, limit, projection}` and cursors (`Query::parse`, what
+/// `/v1/query` and subscriptions run), and the same value as a filter, a sort and a projection
+/// on their own. What is accepted runs against [`sample_docs`]: results obey the sort and the limit.
 pub fn query(data: &[u8]) {
     let Some(v) = json_of(data) else { return };
     let docs = sample_docs();

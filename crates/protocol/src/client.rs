@@ -55,6 +55,14 @@ pub struct Subscribe {
     /// the query members).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<Vec<Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_after: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_before: Option<Value>,
     /// Resume after this seq instead of receiving an `initial`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<u64>,
@@ -73,6 +81,10 @@ impl Subscribe {
             skip: self.skip,
             limit: self.limit,
             projection: self.projection,
+            start_at: self.start_at,
+            start_after: self.start_after,
+            end_at: self.end_at,
+            end_before: self.end_before,
         };
         (self.sub, self.collection, parts, self.resume_from)
     }
@@ -127,6 +139,14 @@ struct RawClientMessage {
     projection: Option<Value>,
     #[serde(default, deserialize_with = "pipeline_member")]
     pipeline: Option<Vec<Value>>,
+    #[serde(default)]
+    start_at: Option<Value>,
+    #[serde(default)]
+    start_after: Option<Value>,
+    #[serde(default)]
+    end_at: Option<Value>,
+    #[serde(default)]
+    end_before: Option<Value>,
     #[serde(default, deserialize_with = "resume_from_member")]
     resume_from: Option<u64>,
     #[serde(default, deserialize_with = "min_seq_member")]
@@ -158,6 +178,10 @@ impl RawClientMessage {
         add(self.limit.is_some(), "limit");
         add(self.projection.is_some(), "projection");
         add(self.pipeline.is_some(), "pipeline");
+        add(self.start_at.is_some(), "startAt");
+        add(self.start_after.is_some(), "startAfter");
+        add(self.end_at.is_some(), "endAt");
+        add(self.end_before.is_some(), "endBefore");
         add(self.resume_from.is_some(), "resumeFrom");
         add(self.min_seq.is_some(), "minSeq");
         add(self.req.is_some(), "req");
@@ -177,6 +201,10 @@ const SUBSCRIBE_MEMBERS: &[&str] = &[
     "limit",
     "projection",
     "pipeline",
+    "startAt",
+    "startAfter",
+    "endAt",
+    "endBefore",
     "resumeFrom",
     "minSeq",
 ];
@@ -225,6 +253,10 @@ impl TryFrom<RawClientMessage> for ClientMessage {
                 limit: r.limit,
                 projection: r.projection,
                 pipeline: r.pipeline,
+                start_at: r.start_at,
+                start_after: r.start_after,
+                end_at: r.end_at,
+                end_before: r.end_before,
                 resume_from: r.resume_from,
                 min_seq: r.min_seq,
             })),

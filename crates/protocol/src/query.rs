@@ -1,8 +1,9 @@
 //! Queries on the wire: the `POST /v1/query` body, the query part of a subscription, the SSE
 //! subscribe parameters and the `explain` output.
 //!
-//! `filter`, `sort`, `skip`, `limit` and `projection` stay JSON values: herald-query parses
-//! them, with their own error codes (`bad_filter`, `bad_sort`, `bad_query`...).
+//! `filter`, `sort`, `skip`, `limit`, `projection` and the cursors (`startAt`, `startAfter`,
+//! `endAt`, `endBefore`) stay JSON values: herald-query parses them, with their own error codes
+//! (`bad_filter`, `bad_sort`, `bad_query`...).
 
 use crate::decode::{members, Decode};
 use crate::error::ErrorCode;
@@ -17,8 +18,8 @@ members! {
 }
 
 /// `POST /v1/query`: `{"collection" | "collectionGroup","filter"?,"sort"?,"skip"?,"limit"?,
-/// "projection"?,"explain"?,"minSeq"?}`: exactly one of `collection` and `collectionGroup`
-/// (`collection` is empty for a group query).
+/// "projection"?,"startAt"?,"startAfter"?,"endAt"?,"endBefore"?,"explain"?,"minSeq"?}`:
+/// exactly one of `collection` and `collectionGroup` (`collection` is empty for a group query).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueryBody {
@@ -46,6 +47,20 @@ pub struct QueryBody {
     pub limit: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projection: Option<Value>,
+    /// Cursors (`startAt` or `startAfter`, `endAt` or `endBefore`): arrays of sort values,
+    /// optionally then an `_id`; herald-query checks them against the sort.
+    #[serde(rename = "startAt", default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<Value>,
+    #[serde(
+        rename = "startAfter",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub start_after: Option<Value>,
+    #[serde(rename = "endAt", default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<Value>,
+    #[serde(rename = "endBefore", default, skip_serializing_if = "Option::is_none")]
+    pub end_before: Option<Value>,
     #[serde(
         default,
         deserialize_with = "explain_member",
@@ -100,6 +115,10 @@ impl QueryBody {
             skip: self.skip,
             limit: self.limit,
             projection: self.projection,
+            start_at: self.start_at,
+            start_after: self.start_after,
+            end_at: self.end_at,
+            end_before: self.end_before,
         }
     }
 }
@@ -114,6 +133,10 @@ pub struct QueryParts {
     pub skip: Option<Value>,
     pub limit: Option<Value>,
     pub projection: Option<Value>,
+    pub start_at: Option<Value>,
+    pub start_after: Option<Value>,
+    pub end_at: Option<Value>,
+    pub end_before: Option<Value>,
 }
 
 /// `GET /v1/subscribe?collection=..&filter=<json>&...`: the SSE stream's parameters, each a
@@ -140,6 +163,14 @@ pub struct SubscribeParams {
     /// JSON: a live aggregation's pipeline (an array of stages), instead of the query members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_after: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_before: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<String>,
     /// JSON: a seq the node must have applied before the stream starts.

@@ -11,6 +11,7 @@
 //! language-neutral vectors in `testdata/conformance/`, which the TypeScript SDK runs too.
 
 mod apply;
+mod cursor;
 mod date;
 mod error;
 mod filter;
@@ -25,6 +26,7 @@ mod sortkey;
 mod update;
 mod walk;
 
+pub use cursor::{Cursor, Cursors, CURSOR_MEMBERS};
 pub use date::iso8601_utc;
 pub use error::{QueryError, UpdateError};
 pub use filter::{CmpOp, Expr, FieldExpr, FieldOp, Filter, InList, Test, TypeSet};

@@ -15,6 +15,8 @@ pub const REGEX_COMPILED_BYTES_MAX: usize = 1 << 20;
 pub const REGEX_DFA_BYTES_MAX: usize = 2 << 20;
 /// Most keys in one sort specification.
 pub const SORT_KEYS_MAX: usize = 32;
+/// Longest document id a cursor's `_id` value may hold, in bytes (the database's longest id).
+pub const CURSOR_ID_BYTES_MAX: usize = 256;
 /// Most fields in one projection.
 pub const PROJECTION_FIELDS_MAX: usize = 256;
 /// Most field paths in one update.

@@ -1,8 +1,10 @@
-//! A whole pull query: filter, sort, skip, limit and projection, run over documents in memory.
+//! A whole pull query: filter, sort, cursors, skip, limit and projection, run over documents in
+//! memory.
 //!
 //! This is the reference evaluation that every faster path (index plans, live results) must
 //! agree with.
 
+use crate::cursor::{Cursors, CURSOR_MEMBERS};
 use crate::error::QueryError;
 use crate::filter::Filter;
 use crate::projection::Projection;
@@ -13,6 +15,8 @@ use herald_value::{Num, Value};
 pub struct Query {
     pub filter: Filter,
     pub sort: Sort,
+    /// `startAt`/`startAfter`/`endAt`/`endBefore`: bounds on the sort key (`cursor.rs`).
+    pub cursors: Cursors,
     pub skip: usize,
     /// `None` means no limit (a limit of 0 in the request, as in MongoDB's `find`).
     pub limit: Option<usize>,
@@ -25,10 +29,21 @@ impl Default for Filter {
     }
 }
 
-const FIELDS: &[&str] = &["filter", "sort", "skip", "limit", "projection"];
+const FIELDS: &[&str] = &[
+    "filter",
+    "sort",
+    "skip",
+    "limit",
+    "projection",
+    "startAt",
+    "startAfter",
+    "endAt",
+    "endBefore",
+];
 
 impl Query {
-    /// Parses `{"filter": {...}, "sort": {...}, "skip": n, "limit": n, "projection": {...}}`.
+    /// Parses `{"filter": {...}, "sort": {...}, "skip": n, "limit": n, "projection": {...},
+    /// "startAt" | "startAfter": [...], "endAt" | "endBefore": [...]}`.
     /// Every member is optional; unknown members are refused so typos do not pass silently.
     pub fn parse(spec: &Value) -> Result<Query, QueryError> {
         let Value::Object(m) = spec else {
@@ -53,7 +68,21 @@ impl Query {
             get("skip"),
             get("limit"),
             get("projection"),
-        )
+        )?
+        .with_cursors(CURSOR_MEMBERS.map(get))
+    }
+
+    /// Sets the cursors from `startAt`, `startAfter`, `endAt` and `endBefore` (`null` for an
+    /// absent one), checked against the query's sort.
+    pub fn with_cursors(mut self, members: [&Value; 4]) -> Result<Query, QueryError> {
+        self.cursors = Cursors::parse(&self.sort, members)?;
+        Ok(self)
+    }
+
+    /// Whether a document is in the result before skip and limit: it matches the filter and
+    /// lies between the cursors.
+    pub fn matches(&self, doc: &Value) -> bool {
+        self.filter.matches(doc) && self.cursors.admits(&self.sort, doc)
     }
 
     /// Builds a query from its parts; `null` stands for an absent part.
@@ -75,20 +104,21 @@ impl Query {
         Ok(Query {
             filter,
             sort: Sort::parse(sort)?,
+            cursors: Cursors::default(),
             skip: count("skip", skip)?,
             limit,
             projection: Projection::parse(projection)?,
         })
     }
 
-    /// Runs the query over `docs`: filter, sort, skip, limit, then project.
+    /// Runs the query over `docs`: filter, cursors, sort, skip, limit, then project.
     pub fn run<'a, I>(&self, docs: I) -> Vec<Value>
     where
         I: IntoIterator<Item = &'a Value>,
     {
         let mut hits: Vec<Value> = docs
             .into_iter()
-            .filter(|d| self.filter.matches(d))
+            .filter(|d| self.matches(d))
             .cloned()
             .collect();
         self.sort.sort(&mut hits);
@@ -135,6 +165,18 @@ mod tests {
         let q = Query::parse(&json!({"filter": {"n": {"$gte": 1}}, "sort": {"n": -1}, "skip": 1, "limit": 3, "projection": {"x": 1, "_id": 0}})).unwrap();
         let out = q.run(&docs);
         assert_eq!(out, vec![json!({"x": 7}), json!({"x": 2}), json!({"x": 6})]);
+    }
+
+    #[test]
+    fn skip_and_limit_apply_after_the_cursor() {
+        let docs: Vec<Value> = (0..10)
+            .map(|i| json!({"_id": format!("d{i}"), "n": i}))
+            .collect();
+        let q = Query::parse(&json!({"sort": {"n": -1}, "startAfter": [7], "skip": 1, "limit": 2}))
+            .unwrap();
+        let ids: Vec<_> = q.run(&docs).iter().map(|d| d["_id"].clone()).collect();
+        assert_eq!(ids, vec![json!("d5"), json!("d4")]);
+        assert!(!q.matches(&docs[8]) && q.matches(&docs[6]));
     }
 
     #[test]

@@ -31,7 +31,15 @@ export interface QueryMembers {
   skip?: number;
   limit?: number;
   projection?: Record<string, unknown>;
+  /** Cursors: sort values in the order of the sort fields, optionally then an `_id`. */
+  startAt?: unknown[];
+  startAfter?: unknown[];
+  endAt?: unknown[];
+  endBefore?: unknown[];
 }
+
+/** The cursor members, in wire order. */
+export const CURSOR_MEMBERS = ["startAt", "startAfter", "endAt", "endBefore"] as const;
 
 export type AuthMessage = { op: "auth"; token: string };
 export type SubscribeMessage = {
@@ -399,7 +407,8 @@ export function decodeClientMessage(v: unknown): ClientMessage {
       return { op: kind, token: r.str("token") };
     case "subscribe": {
       r.only([
-        "op", "sub", "collection", "collectionGroup", "filter", "sort", "skip", "limit", "projection", "pipeline", "resumeFrom", "minSeq",
+        "op", "sub", "collection", "collectionGroup", "filter", "sort", "skip", "limit", "projection", ...CURSOR_MEMBERS, "pipeline",
+        "resumeFrom", "minSeq",
       ]);
       const m: SubscribeMessage = { op: kind, sub: r.sub("sub") };
       const collection = r.optional("collection", Reader.str);
@@ -419,6 +428,11 @@ export function decodeClientMessage(v: unknown): ClientMessage {
       if (skip !== undefined) m.skip = skip;
       if (limit !== undefined) m.limit = limit;
       if (projection !== undefined) m.projection = projection;
+      // Any JSON on the wire, as in the Rust type: the query core checks a cursor's shape.
+      for (const c of CURSOR_MEMBERS) {
+        const v = r.optional(c, (x) => x as unknown[]);
+        if (v !== undefined) m[c] = v;
+      }
       if (resumeFrom !== undefined) m.resumeFrom = resumeFrom;
       const minSeq = r.optional("minSeq", Reader.uint);
       if (minSeq !== undefined) m.minSeq = minSeq;

@@ -153,6 +153,32 @@ test("update operators apply locally and move the document at once", async () =>
   assert.equal((await h.get(h.doc(`${c}/a`))).data?.n, 6);
 });
 
+test("a listen with a cursor: documents enter and leave as their sort keys cross it, locally too", async () => {
+  const { h, c } = await setup();
+  for (const [id, n] of [["a", 1], ["b", 2], ["c", 3], ["d", 4]] as const) await put(c, id, { n });
+  const r = new Recorder();
+  h.onSnapshot(h.query(c, { sort: { n: -1 }, startAfter: [3] }), r.next, r.error);
+  let s = await r.take();
+  assert.deepEqual(s.docs, ["b", "a"]);
+  await put(c, "e", { n: 2.5 });
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes], [["e", "b", "a"], ["add e -1>0"]]);
+  // A local write that moves a document before the cursor takes it out at once.
+  const w = h.update(h.doc(`${c}/a`), { $set: { n: 10 } });
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes, s.pending], [["e", "b"], ["remove a 2>-1"], true]);
+  await w;
+  await put(c, "d", { n: 0 });
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes], [["e", "b", "d"], ["add d -1>2"]]);
+  await r.quiet();
+  const page = await h.get(h.query(c, { sort: { n: -1 }, startAfter: [2.5, "e"], limit: 1 }));
+  assert.deepEqual(
+    page.docs.map((d) => d.id),
+    ["b"],
+  );
+});
+
 test("a refused write is rolled back and its promise rejects with the server's code", async () => {
   const { h, c } = await setup();
   await put(c, "a", { n: 1 });

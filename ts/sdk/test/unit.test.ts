@@ -229,3 +229,33 @@ test("after an acknowledged write, queries and document reads carry minSeq (read
   assert.match(seen.at(-1)!.url, /\/v1\/docs\/c\/a\?minSeq=42$/);
   await h.close();
 });
+
+test("cursors: pages after a document in the query's own order, and a bad cursor fails when built", () => {
+  const docs: Doc[] = [1700, 1800, 1700, 1600, 1900].map((ts, i) => ({ _id: `m${i}`, ts }));
+  const ids = (spec: object) => Query.parse(spec).run(docs).map((d) => (d as { _id: string })._id);
+  assert.deepEqual(ids({ sort: { ts: -1 }, limit: 2 }), ["m4", "m1"]);
+  assert.deepEqual(ids({ sort: { ts: -1 }, startAfter: [1800, "m1"], limit: 2 }), ["m0", "m2"]);
+  assert.deepEqual(ids({ sort: { ts: -1 }, startAfter: [1700] }), ["m3"]);
+  assert.deepEqual(ids({ sort: { ts: -1 }, startAt: [1800], endBefore: [1700] }), ["m1"]);
+  assert.deepEqual(ids({ startAfter: ["m2"] }), ["m3", "m4"]);
+  assert.throws(
+    () => Query.parse({ sort: { ts: 1 }, startAt: [1, "a", 2] }),
+    (e: unknown) => (e as { code?: string }).code === "bad_query",
+  );
+});
+
+test("a query's cursors are sent to the server", async () => {
+  const bodies: unknown[] = [];
+  const fetch = (async (url: string | URL | Request, init?: RequestInit) => {
+    if (typeof init?.body === "string") bodies.push(JSON.parse(init.body));
+    assert.match(String(url), /\/v1\/query$/);
+    return new Response(JSON.stringify({ docs: [], seq: 1 }), { status: 200, headers: { "content-type": "application/json" } });
+  }) as typeof globalThis.fetch;
+  const h = connect({ url: "http://127.0.0.1:1", fetch, WebSocket: SilentSocket });
+  await h.get(h.query("c", { sort: { ts: -1 }, limit: 10, startAfter: [1700, "m9"], endAt: [1000] }));
+  const sent = bodies.at(-1) as { startAfter?: unknown; endAt?: unknown };
+  assert.deepEqual(sent.startAfter, [1700, "m9"]);
+  assert.deepEqual(sent.endAt, [1000]);
+  assert.throws(() => h.query("c", { startAt: 5 as unknown as unknown[] }), (e: unknown) => (e as { code?: string }).code === "bad_query");
+  await h.close();
+});

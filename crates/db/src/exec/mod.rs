@@ -1,8 +1,9 @@
-//! Running a plan against one storage snapshot: candidates, fetch, filter, sort, skip, limit,
-//! project. Every candidate is re-checked with the full filter, so index plans only need to be
-//! supersets. Memory is bounded: at most `skip + limit` sorted documents are kept when a limit is
-//! given, and no query returns more than [`QUERY_DOCS_MAX`] documents. A plan run as a trial
-//! (see `planner/choose.rs`) stops with no result once it has examined its budget.
+//! Running a plan against one storage snapshot: candidates, fetch, filter and cursors, sort,
+//! skip, limit, project. Every candidate is re-checked with the full filter and the cursors
+//! (`Query::matches`), so index plans only need to be supersets. Memory is bounded: at most
+//! `skip + limit` sorted documents are kept when a limit is given, and no query returns more
+//! than [`QUERY_DOCS_MAX`] documents. A plan run as a trial (see `planner/choose.rs`) stops with
+//! no result once it has examined its budget.
 
 mod group;
 mod ordered;
@@ -13,7 +14,7 @@ pub use group::{
 };
 
 use crate::error::DbError;
-use crate::layout::{collection_prefix, decode_doc, doc_key, index_entry_id};
+use crate::layout::{collection_prefix, decode_doc, doc_key, index_entry_id, prefix_end};
 use crate::planner::Plan;
 use herald_query::{Direction, Query};
 use herald_storage::{ReadTxn, Table};
@@ -82,14 +83,15 @@ fn run(
         }
         Plan::Scan => {
             let by_id = is_id_order(q);
-            for entry in read.prefix(Table::Docs, &collection_prefix(collection))? {
+            let (start, end) = scan_bounds(collection, q, by_id);
+            for entry in read.range(Table::Docs, start.as_slice()..end.as_slice())? {
                 let (_, v) = entry?;
                 ex.docs += 1;
                 if budget.spent(ex) {
                     return Ok(None);
                 }
                 let (_, doc) = decode_doc(&v)?;
-                if q.filter.matches(&doc) && out.push(doc)? && by_id {
+                if q.matches(&doc) && out.push(doc)? && by_id {
                     break;
                 }
             }
@@ -108,7 +110,7 @@ fn run(
                     return Ok(None);
                 }
                 let (_, doc) = decode_doc(&v)?;
-                if q.filter.matches(&doc) {
+                if q.matches(&doc) {
                     out.push(doc)?;
                 }
             }
@@ -117,9 +119,9 @@ fn run(
     Ok(Some(out.finish(matches!(plan, Plan::Ordered(_)))))
 }
 
-/// Calls `each` with every document matching `q`'s filter, in `_id` order, for a plan that
-/// needs no sort (anything but an ordered scan); at most `docs_max` documents are read (past it,
-/// `ResultTooLarge`). The candidates of an index plan are collected first (as ids), so they are
+/// Calls `each` with every document matching `q` (filter and cursors), in `_id` order, for a
+/// plan that needs no sort (anything but an ordered scan); at most `docs_max` documents are read
+/// (past it, `ResultTooLarge`). The candidates of an index plan are collected first (as ids), so they are
 /// bounded by `docs_max` too.
 pub fn for_each_match(
     read: &ReadTxn,
@@ -138,7 +140,7 @@ pub fn for_each_match(
         }
         ex.docs += 1;
         let (_, doc) = decode_doc(v)?;
-        if q.filter.matches(&doc) {
+        if q.matches(&doc) {
             each(doc)?;
         }
         Ok(())
@@ -196,6 +198,33 @@ pub fn count_docs(read: &ReadTxn, collection: &str, ex: &mut Examined) -> Result
 fn is_id_order(q: &Query) -> bool {
     let keys = q.sort.keys();
     keys.len() == 1 && keys[0].path.as_str() == "_id" && keys[0].dir == Direction::Asc
+}
+
+/// The document keys a collection scan reads: the collection, narrowed to the cursors when
+/// the result is in `_id` order (a cursor is then an id; the bounds may hold the cursor's own
+/// document, which the cursor check drops).
+fn scan_bounds(collection: &str, q: &Query, by_id: bool) -> (Vec<u8>, Vec<u8>) {
+    let prefix = collection_prefix(collection);
+    let mut end = prefix_end(&prefix);
+    let mut start = prefix;
+    let id = |c: &Option<herald_query::Cursor>| {
+        c.as_ref()
+            .and_then(|c| c.values.first())
+            .and_then(Value::as_str)
+            .map(|id| doc_key(collection, id))
+    };
+    if by_id {
+        if let Some(k) = id(&q.cursors.start) {
+            start = start.max(k);
+        }
+        if let Some(k) = id(&q.cursors.end) {
+            end = end.min(prefix_end(&k));
+        }
+        if start > end {
+            end = start.clone();
+        }
+    }
+    (start, end)
 }
 
 /// Collects the candidate ids of an unordered index plan; `Ok(false)` when over budget.

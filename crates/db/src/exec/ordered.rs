@@ -167,7 +167,7 @@ fn fetch(
     };
     ex.docs += 1;
     let (_, doc) = decode_doc(&v)?;
-    if q.filter.matches(&doc) && out.push(doc)? {
+    if q.matches(&doc) && out.push(doc)? {
         return Ok(Fed::Full);
     }
     Ok(Fed::More)
@@ -204,7 +204,7 @@ fn nulls(
             q.sort.key_values(&doc).first(),
             Some(KeyValue::Null | KeyValue::Value(Value::Null))
         );
-        if null && q.filter.matches(&doc) && out.push(doc)? {
+        if null && q.matches(&doc) && out.push(doc)? {
             return Ok(Some(Fed::Full));
         }
     }

@@ -926,7 +926,7 @@ fn top_at_scope(
                     items.remove(&k);
                 }
                 if let Some(b) = scope.image(&ch.collection, &ch.id, ch.before.as_ref()) {
-                    if query.filter.matches(&b) {
+                    if query.matches(&b) {
                         put(b, &mut items, &mut keys);
                     }
                 }

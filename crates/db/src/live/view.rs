@@ -166,7 +166,7 @@ impl LiveView {
                 self.items.remove(&k).map(|item| (rank, item.shown))
             });
             let new = match after {
-                Some(a) if self.query.filter.matches(a) => {
+                Some(a) if self.query.matches(a) => {
                     let key = self.query.sort.encoded_key(a);
                     let rank = self
                         .items
@@ -263,7 +263,7 @@ impl LiveView {
     pub fn touched_by(&self, changes: &[DocChange<'_>]) -> bool {
         changes.iter().any(|(id, _, after)| {
             (!self.keys.is_empty() && self.keys.contains_key(*id))
-                || after.is_some_and(|a| self.query.filter.matches(a) && self.would_hold(a))
+                || after.is_some_and(|a| self.query.matches(a) && self.would_hold(a))
         })
     }
 
@@ -294,7 +294,7 @@ impl LiveView {
                 self.items.remove(&k);
             }
             let Some(after) = after else { continue };
-            if !self.query.filter.matches(after) {
+            if !self.query.matches(after) {
                 continue;
             }
             let key = self.query.sort.encoded_key(after);

@@ -10,6 +10,7 @@
 //! plan must also yield the matches in exactly the result order (`ordered.rs` says when it can).
 
 mod choose;
+mod cursor;
 mod ordered;
 mod ranges;
 
@@ -75,7 +76,7 @@ pub struct Stream {
     pub strip: usize,
 }
 
-/// An index scan in result order.
+/// An index scan in result order, narrowed to the query's cursors (`cursor.rs`).
 ///
 /// Invariants (checked by `ordered.rs` when it builds one): the merged streams meet every
 /// matching document with an entry in the index, each at its sort key, in sort order (reversed
@@ -142,7 +143,7 @@ pub enum PlanDescription {
     /// The ids in all of these indexes' equality ranges (a zig-zag join).
     Intersection { indexes: Vec<String> },
     /// One index in sort order: `merged` ranges merged (one per value of fields bound by
-    /// `$in`), backwards when `descending`; the null-or-missing group read by a collection
+    /// `$in`, and a second one where a cursor splits its tie group), backwards when `descending`; the null-or-missing group read by a collection
     /// scan when `nulls_by_scan`.
     #[serde(rename_all = "camelCase")]
     OrderedIndex {

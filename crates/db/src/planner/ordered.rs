@@ -13,6 +13,8 @@
 //! sort key is null: without a range on the field, the null-or-missing group is read by a
 //! collection scan, before the index ascending and after it descending.
 //!
+//! The query's cursors narrow each stream to the keys between them (`cursor.rs`).
+//!
 //! Stores created before shapes were recorded only get what the planner did then: a sort by
 //! one field, never an array nor a cut string, that the filter holds to scalar ranges.
 
@@ -101,7 +103,7 @@ fn single(ctx: PlanCtx<'_>, query: &Query, key: &SortKey, id_desc: bool) -> Opti
         }
         _ => return None,
     };
-    Some(Plan::Ordered(OrderedScan {
+    let mut scan = OrderedScan {
         index,
         streams: streams
             .into_iter()
@@ -111,7 +113,10 @@ fn single(ctx: PlanCtx<'_>, query: &Query, key: &SortKey, id_desc: bool) -> Opti
         reverse_ties: backward != id_desc,
         nulls_by_scan,
         exact,
-    }))
+    };
+    // A single-field index holds its values ascending.
+    super::cursor::narrow(&mut scan, query, &[Direction::Asc]);
+    Some(Plan::Ordered(scan))
 }
 
 /// Ready composite indexes whose fields are equality-bound fields and then the sort fields.
@@ -191,7 +196,7 @@ pub(super) fn composites(
                         .iter()
                         .all(|a| used.iter().any(|u| std::ptr::eq(*a, *u)))
             });
-        out.push(Plan::Ordered(OrderedScan {
+        let mut scan = OrderedScan {
             index: ctx.composite_name(&ci.name),
             streams: combos
                 .into_iter()
@@ -205,7 +210,10 @@ pub(super) fn composites(
             reverse_ties: backward != id_desc,
             nulls_by_scan: false,
             exact,
-        }));
+        };
+        let dirs: Vec<Direction> = ci.fields[bound..].iter().map(|f| f.direction).collect();
+        super::cursor::narrow(&mut scan, query, &dirs);
+        out.push(Plan::Ordered(scan));
     }
     out
 }

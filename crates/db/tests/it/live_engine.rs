@@ -59,6 +59,8 @@ pub(crate) const QUERIES: &[&str] = &[
     r#"{"filter": {"tags": {"$size": 2}}, "sort": {"tags": -1, "n": 1}, "limit": 4}"#,
     r#"{"filter": {"g": 0, "n": {"$gt": 1}}, "sort": {"n": -1}, "limit": 2}"#,
     r#"{"filter": {"tags": {"$in": ["a", "c"]}}, "sort": {"n": 1}, "skip": 1}"#,
+    r#"{"filter": {}, "sort": {"n": -1}, "startAfter": [4], "limit": 2}"#,
+    r#"{"filter": {"g": 1}, "sort": {"n": 1}, "startAt": [2, "d3"], "endBefore": [5]}"#,
 ];
 
 /// Rebuilds the client's list from its messages; returns the list and the last seq seen.

@@ -1,9 +1,11 @@
 //! Model test of the live-query core: random collections, queries (filters with `$or`, ranges,
-//! arrays, nested fields; sort, skip, limit; tiny slack to force refills) and random commits
-//! (inserts, replacements, deletes, multi-document transactions). After every commit, the list
-//! a subscriber builds by applying the emitted events must equal the pull query at that seq.
-//! The same for collection-group views, whose documents repeat ids across collections.
-//! `HERALD_LIVE_MODEL_CASES` sets the number of scenarios (each runs 100 commits; the default 1000 scenarios are 100,000 commits).
+//! arrays, nested fields; sort, cursors, skip, limit; tiny slack to force refills) and random
+//! commits (inserts, replacements, deletes, multi-document transactions). A cursor bounds the
+//! sort key, so documents enter and leave the result as their sort keys cross it. After every
+//! commit, the list a subscriber builds by applying the emitted events must equal the pull
+//! query at that seq. The same for collection-group views, whose documents repeat ids across
+//! collections. `HERALD_LIVE_MODEL_CASES` sets the number of scenarios (each runs 100
+//! commits; the default 1000 scenarios are 100,000 commits).
 
 use herald_db::live::LiveView;
 use herald_query::{Projection, Query};
@@ -61,9 +63,56 @@ fn query() -> impl Strategy<Value = Value> {
         Just(json!({"o.n": -1})),
     ];
     let projection = prop_oneof![3 => Just(json!(null)), 1 => Just(json!({"a": 1}))];
-    (filter, sort, 0usize..3, prop::option::of(1usize..5), projection).prop_map(|(f, s, skip, limit, p)| {
-        json!({"filter": f, "sort": s, "skip": skip, "limit": limit.unwrap_or(0), "projection": p})
+    let cursors = (
+        prop::option::weighted(0.35, cursor()),
+        prop::option::weighted(0.25, cursor()),
+    );
+    (filter, sort, 0usize..3, prop::option::of(1usize..5), projection, cursors).prop_map(|(f, s, skip, limit, p, (start, end))| {
+        let mut v = json!({"filter": f, "sort": s, "skip": skip, "limit": limit.unwrap_or(0), "projection": p});
+        if let Some((inclusive, c)) = start {
+            v[if inclusive { "startAt" } else { "startAfter" }] = cursor_for(&s, c);
+        }
+        if let Some((inclusive, c)) = end {
+            v[if inclusive { "endAt" } else { "endBefore" }] = cursor_for(&s, c);
+        }
+        v
     })
+}
+
+/// A cursor's raw material: inclusive or not, then how many values, the values, and the id.
+fn cursor() -> impl Strategy<Value = (bool, (usize, Vec<Value>, u8))> {
+    let v = prop_oneof![
+        (0i64..6).prop_map(Value::from),
+        Just(Value::Null),
+        Just(json!("x")),
+        Just(json!(2.0)),
+    ];
+    (
+        any::<bool>(),
+        (1usize..4, prop::collection::vec(v, 3), 0u8..12),
+    )
+}
+
+/// At most one value per key of the sort `s`, where the `_id` key takes an id.
+fn cursor_for(s: &Value, (len, values, id): (usize, Vec<Value>, u8)) -> Value {
+    let mut keys: Vec<String> = s
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    keys.push("_id".into());
+    let out: Vec<Value> = keys
+        .iter()
+        .zip(values)
+        .take(len)
+        .map(|(k, v)| {
+            if k == "_id" {
+                json!(format!("d{id:02}"))
+            } else {
+                v
+            }
+        })
+        .collect();
+    Value::Array(out)
 }
 
 #[derive(Debug, Clone)]

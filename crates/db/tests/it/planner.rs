@@ -77,6 +77,73 @@ fn chat(db: &Db, rooms: usize, per_room: usize) {
     }
 }
 
+/// Paging with cursors: each page after the last document of the previous one seeks into the
+/// index (composite, single-field, or the documents themselves in `_id` order) and reads about
+/// one key per result, however deep the page is.
+#[test]
+fn cursor_pages_seek_into_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path(), 128);
+    index(&db, "room_ts", &[("room", 1), ("ts", -1)]);
+    chat(&db, 20, 100);
+    wait_ready(&db);
+    let ts_of =
+        |docs: &[Value]| -> Vec<i64> { docs.iter().map(|d| d["ts"].as_i64().unwrap()).collect() };
+    let mut after: Option<Value> = None;
+    let mut seen = Vec::new();
+    loop {
+        let mut qv = json!({"filter": {"room": "r3"}, "sort": {"ts": -1}, "limit": 10});
+        if let Some(a) = &after {
+            qv["startAfter"] = a.clone();
+        }
+        let out = db.query("c", &q(qv.clone())).unwrap();
+        assert!(
+            matches!(&out.explain.plan, PlanDescription::OrderedIndex { index, .. } if index == "c:room_ts"),
+            "{qv} {:?}",
+            out.explain
+        );
+        assert!(out.explain.keys_examined <= 12, "{qv} {:?}", out.explain);
+        let Some(last) = out.docs.last() else { break };
+        after = Some(json!([last["ts"], last["_id"]]));
+        seen.extend(ts_of(&out.docs));
+    }
+    assert_eq!(seen, (0..100).map(|k| 1983 - 20 * k).collect::<Vec<i64>>());
+
+    // The newest overall, from the middle: the single-field index read backwards from 1000.
+    let out = db
+        .query(
+            "c",
+            &q(json!({"sort": {"ts": -1}, "startAfter": [1000], "limit": 5})),
+        )
+        .unwrap();
+    assert_eq!(ts_of(&out.docs), [999, 998, 997, 996, 995]);
+    assert!(
+        matches!(&out.explain.plan, PlanDescription::OrderedIndex { .. }),
+        "{:?}",
+        out.explain
+    );
+    assert!(out.explain.keys_examined <= 6, "{:?}", out.explain);
+
+    // Both ends, no limit: only the keys between the cursors.
+    let out = db
+        .query(
+            "c",
+            &q(json!({"sort": {"ts": 1}, "startAt": [500], "endBefore": [503]})),
+        )
+        .unwrap();
+    assert_eq!(ts_of(&out.docs), [500, 501, 502]);
+    assert!(out.explain.keys_examined <= 4, "{:?}", out.explain);
+    // The cursor is above null: no collection scan for the null-or-missing group.
+    assert!(out.explain.docs_examined <= 4, "{:?}", out.explain);
+
+    // No sort: the cursor is an id, and the collection scan starts there.
+    let out = db
+        .query("c", &q(json!({"startAfter": ["m01000"], "limit": 3})))
+        .unwrap();
+    assert_eq!(ts_of(&out.docs), [1001, 1002, 1003]);
+    assert!(out.explain.docs_examined <= 4, "{:?}", out.explain);
+}
+
 #[test]
 fn the_newest_page_of_a_room_reads_one_key_per_result() {
     let dir = tempfile::tempdir().unwrap();
@@ -379,14 +446,66 @@ fn sort() -> impl Strategy<Value = Value> {
     ]
 }
 
+/// A cursor's raw material: which member, how many values, the values (an id where the sort
+/// key is `_id`).
+fn cursor() -> impl Strategy<Value = (bool, usize, Vec<Value>, usize)> {
+    let v = prop_oneof![4 => scalar(), 1 => group(), 1 => Just(json!(2.0))];
+    (
+        any::<bool>(),
+        1usize..4,
+        prop::collection::vec(v, 3),
+        0usize..24,
+    )
+}
+
+/// A cursor for the sort `s`: at most one value per sort key, the `_id` tie-break included.
+fn cursor_member(s: &Value, (_, len, values, id): (bool, usize, Vec<Value>, usize)) -> Value {
+    let mut keys: Vec<String> = s
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    if !keys.iter().any(|k| k == "_id") {
+        keys.push("_id".into());
+    }
+    let out: Vec<Value> = keys
+        .iter()
+        .zip(values)
+        .take(len)
+        .map(|(k, v)| {
+            if k == "_id" {
+                json!(format!("d{id:02}"))
+            } else {
+                v
+            }
+        })
+        .collect();
+    Value::Array(out)
+}
+
 fn query() -> impl Strategy<Value = Value> {
-    (filter(), sort(), 0usize..3, prop::option::of(1usize..6)).prop_map(|(f, s, skip, limit)| {
-        let mut v = json!({"filter": f, "sort": s, "skip": skip});
-        if let Some(l) = limit {
-            v["limit"] = json!(l);
-        }
-        v
-    })
+    (
+        filter(),
+        sort(),
+        0usize..3,
+        prop::option::of(1usize..6),
+        prop::option::weighted(0.4, cursor()),
+        prop::option::weighted(0.25, cursor()),
+    )
+        .prop_map(|(f, s, skip, limit, start, end)| {
+            let mut v = json!({"filter": f, "sort": s, "skip": skip});
+            if let Some(l) = limit {
+                v["limit"] = json!(l);
+            }
+            if let Some(c) = start {
+                let name = if c.0 { "startAt" } else { "startAfter" };
+                v[name] = cursor_member(&s, c);
+            }
+            if let Some(c) = end {
+                let name = if c.0 { "endAt" } else { "endBefore" };
+                v[name] = cursor_member(&s, c);
+            }
+            v
+        })
 }
 
 /// Applies `docs` as puts (`None`: a delete) to the reference map too.
@@ -428,7 +547,8 @@ proptest! {
     /// indexes, merged `$in` streams, intersections, index ranges, unions, the collection scan)
     /// returns exactly the reference result, in order; so does the chosen plan. Collections
     /// with ties, missing fields, nulls, mixed types, arrays, objects and cut strings; indexes
-    /// declared before the documents or built over them; documents replaced and deleted.
+    /// declared before the documents or built over them; documents replaced and deleted; random
+    /// cursors (prefixes of the sort keys, with and without the `_id` tie-break).
     #[test]
     fn every_candidate_plan_returns_the_reference_result(
         messy in any::<bool>(),
@@ -438,6 +558,8 @@ proptest! {
         build_later in any::<bool>(),
         key_bytes in prop::sample::select(vec![1usize, 2, 128]),
         queries in prop::collection::vec(query(), 1..10),
+        at in any::<prop::sample::Index>(),
+        member in 0usize..8,
     ) {
         let dir = tempfile::tempdir().unwrap();
         let db = open(dir.path(), key_bytes);
@@ -459,7 +581,37 @@ proptest! {
         write(&db, &mut reference, later);
         wait_ready(&db);
         let stored: Vec<Value> = reference.into_values().collect();
+        let mut all = Vec::new();
         for qv in queries {
+            all.push(qv.clone());
+            // The same query paged from one of its own results: the cursor is that document's
+            // sort key (with its id, or only the sort fields), as an app's next page is.
+            let whole = Query::parse(&json!({"filter": qv["filter"], "sort": qv["sort"]})).unwrap();
+            let results = whole.run(&stored);
+            if !results.is_empty() {
+                let d = &results[at.index(results.len())];
+                let mut key: Vec<Value> = whole
+                    .sort
+                    .key_values(d)
+                    .iter()
+                    .map(|k| match k {
+                        herald_query::KeyValue::Value(v) => (*v).clone(),
+                        herald_query::KeyValue::Null => Value::Null,
+                        herald_query::KeyValue::EmptyArray => json!([]),
+                    })
+                    .collect();
+                if member >= 4 && key.len() > 1 {
+                    key.pop();
+                }
+                let mut paged = qv.clone();
+                for m in herald_query::CURSOR_MEMBERS {
+                    paged.as_object_mut().unwrap().remove(m);
+                }
+                paged[herald_query::CURSOR_MEMBERS[member % 4]] = Value::Array(key);
+                all.push(paged);
+            }
+        }
+        for qv in all {
             let query = Query::parse(&qv).unwrap();
             let expected = query.run(&stored);
             for r in db.query_every_plan("c", &query).unwrap() {

@@ -244,6 +244,14 @@ pub fn query_of(parts: &QueryParts) -> Result<Query, ApiError> {
         get(&parts.limit),
         get(&parts.projection),
     )
+    .and_then(|q| {
+        q.with_cursors([
+            get(&parts.start_at),
+            get(&parts.start_after),
+            get(&parts.end_at),
+            get(&parts.end_before),
+        ])
+    })
     .map_err(|e| ApiError::lib(e.code(), e.to_string()))
 }
 

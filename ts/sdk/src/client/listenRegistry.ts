@@ -277,7 +277,7 @@ export class ListenRegistry {
     if (fromServer) {
       // The server applied skip and limit already; local writes can only reorder, add or drop
       // within the window (a document entering before a skipped window's start is not shown).
-      list = q.sort.sort([...cand.values()].filter((d) => q.filter.matches(d)));
+      list = q.sort.sort([...cand.values()].filter((d) => q.matches(d)));
       const first = l.server?.[0];
       if (q.skip > 0 && first !== undefined) {
         const known = new Set(l.server?.map((d) => String(d._id)));

@@ -33,6 +33,8 @@ export const FILTER_NODES_MAX = 1024;
 export const IN_VALUES_MAX = 1000;
 export const REGEX_BYTES_MAX = 1024;
 export const SORT_KEYS_MAX = 32;
+/** Longest document id a cursor's `_id` value may hold, in UTF-8 bytes. */
+export const CURSOR_ID_BYTES_MAX = 256;
 export const PROJECTION_FIELDS_MAX = 256;
 export const UPDATE_PATHS_MAX = 1024;
 export const EACH_VALUES_MAX = 10_000;

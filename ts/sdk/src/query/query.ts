@@ -1,6 +1,7 @@
-// A whole query: filter, sort, skip, limit and projection, run over documents in memory. The
+// A whole query: filter, sort, cursors, skip, limit and projection, run over documents in memory. The
 // local twin of the server's reference evaluation (crates/query query.rs): results are ordered by
 // the sort keys and then `_id`.
+import { Cursors } from "./cursor.js";
 import { QueryError } from "./errors.js";
 import { Filter } from "./filter.js";
 import { Projection } from "./projection.js";
@@ -13,9 +14,14 @@ export interface QuerySpec {
   skip?: number;
   limit?: number;
   projection?: Record<string, 0 | 1 | boolean>;
+  /** Cursors: values in the order of the sort fields, optionally then an `_id` (Firestore's semantics). */
+  startAt?: unknown[];
+  startAfter?: unknown[];
+  endAt?: unknown[];
+  endBefore?: unknown[];
 }
 
-const FIELDS = ["filter", "sort", "skip", "limit", "projection"];
+const FIELDS = ["filter", "sort", "skip", "limit", "projection", "startAt", "startAfter", "endAt", "endBefore"];
 
 export class Query {
   private constructor(
@@ -25,6 +31,7 @@ export class Query {
     /** 0 means no limit. */
     readonly limit: number,
     readonly projection: Projection,
+    readonly cursors: Cursors,
   ) {}
 
   /** Parses `{filter, sort, skip, limit, projection}`; unknown members are refused. */
@@ -34,19 +41,23 @@ export class Query {
     if (k !== undefined)
       throw new QueryError("bad_query", `bad query: unknown query member '${k}' (expected one of ${FIELDS.join(", ")})`);
     if (spec.filter === null) throw new QueryError("bad_filter", "bad filter: filter must be an object, got null");
-    return new Query(
-      spec.filter === undefined ? Filter.all() : Filter.parse(spec.filter),
-      Sort.parse(spec.sort),
-      count("skip", spec.skip),
-      count("limit", spec.limit),
-      Projection.parse(spec.projection),
-    );
+    const filter = spec.filter === undefined ? Filter.all() : Filter.parse(spec.filter);
+    const sort = Sort.parse(spec.sort);
+    const skip = count("skip", spec.skip);
+    const limit = count("limit", spec.limit);
+    const projection = Projection.parse(spec.projection);
+    return new Query(filter, sort, skip, limit, projection, Cursors.parse(sort, spec));
+  }
+
+  /** Whether a document is in the result before skip and limit: the filter and the cursors. */
+  matches(doc: Value): boolean {
+    return this.filter.matches(doc) && this.cursors.admits(this.sort, doc);
   }
 
   /** Filters, sorts, skips and limits; projects when `project` (the default). */
   run<T extends Value>(docs: Iterable<T>, project = true): Value[] {
     const hits: T[] = [];
-    for (const d of docs) if (this.filter.matches(d)) hits.push(d);
+    for (const d of docs) if (this.matches(d)) hits.push(d);
     const sorted = this.sort.sort(hits);
     const end = this.limit === 0 ? sorted.length : this.skip + this.limit;
     const window = sorted.slice(this.skip, end);

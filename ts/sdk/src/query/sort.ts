@@ -12,7 +12,7 @@ export interface SortKey {
 }
 
 /** One key's value for one document: an empty array, null/missing, or a value. */
-type KeyValue = { k: "empty" } | { k: "null" } | { k: "v"; v: Value };
+export type KeyValue = { k: "empty" } | { k: "null" } | { k: "v"; v: Value };
 
 const NULL: KeyValue = { k: "null" };
 const EMPTY: KeyValue = { k: "empty" };
@@ -24,7 +24,7 @@ function rank(kv: KeyValue): number {
   return 2;
 }
 
-function order(a: KeyValue, b: KeyValue): number {
+export function order(a: KeyValue, b: KeyValue): number {
   if (a.k === "v" && b.k === "v") return compare(a.v, b.v);
   return rank(a) - rank(b);
 }

@@ -169,7 +169,11 @@ fn subscription_key(scope: &str, parts: &QueryParts) -> Result<(Query, String), 
             get(&parts.sort),
             get(&parts.skip),
             get(&parts.limit),
-            get(&parts.projection)
+            get(&parts.projection),
+            get(&parts.start_at),
+            get(&parts.start_after),
+            get(&parts.end_at),
+            get(&parts.end_before)
         ])
     );
     Ok((query, key))
@@ -192,14 +196,29 @@ fn pipeline_subscription(
         skip,
         limit,
         projection,
+        start_at,
+        start_after,
+        end_at,
+        end_before,
     } = parts;
-    if [filter, sort, skip, limit, projection]
-        .iter()
-        .any(|m| m.is_some())
+    if [
+        filter,
+        sort,
+        skip,
+        limit,
+        projection,
+        start_at,
+        start_after,
+        end_at,
+        end_before,
+    ]
+    .iter()
+    .any(|m| m.is_some())
     {
         return Err(ApiError::new(
             ErrorCode::BadQuery,
-            "a subscription takes either 'pipeline' or the query members              (filter, sort, skip, limit, projection), not both",
+            "a subscription takes either 'pipeline' or the query members (filter, sort, skip, \
+             limit, projection, startAt, startAfter, endAt, endBefore), not both",
         ));
     }
     herald_db::check_collection(collection)?;

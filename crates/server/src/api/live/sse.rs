@@ -56,6 +56,10 @@ fn params_of(params: HashMap<String, String>) -> Result<Params, ApiError> {
         skip: json("skip", &p.skip)?,
         limit: json("limit", &p.limit)?,
         projection: json("projection", &p.projection)?,
+        start_at: json("startAt", &p.start_at)?,
+        start_after: json("startAfter", &p.start_after)?,
+        end_at: json("endAt", &p.end_at)?,
+        end_before: json("endBefore", &p.end_before)?,
     };
     json("resumeFrom", &p.resume_from)?;
     let pipeline = match json("pipeline", &p.pipeline)? {
