@@ -371,6 +371,11 @@ fn wildcards_are_refused_and_point_to_collection_groups() {
         db.query_group("messages", &q, None).unwrap_err().code(),
         "bad_query"
     );
+    // Cursors are not offered on groups (yet).
+    let q = Query::parse(&json!({"sort": {"ts": 1}, "startAfter": [3]})).unwrap();
+    let e = db.query_group("messages", &q, None).unwrap_err();
+    assert_eq!(e.code(), "bad_query");
+    assert!(e.to_string().contains("cursors"), "{e}");
 }
 
 const LIVE_QUERIES: &[&str] = &[
