@@ -14,7 +14,7 @@ use futures_util::{SinkExt, StreamExt};
 use hdrhistogram::Histogram;
 use rand::SeedableRng;
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -182,7 +182,45 @@ pub fn print_header() {
     );
 }
 
-type SentAt = Arc<Mutex<HashMap<u64, Instant>>>;
+type SentAt = Arc<Mutex<Sent>>;
+
+/// Writes sent and not yet notified: when each was sent, and (for aggregations) which
+/// subscription's group each feeds.
+#[derive(Default)]
+struct Sent {
+    at: HashMap<u64, Instant>,
+    by_query: HashMap<u64, BTreeSet<u64>>,
+}
+
+impl Sent {
+    fn insert(&mut self, k: u64, query: Option<u64>) {
+        self.at.insert(k, Instant::now());
+        if let Some(q) = query {
+            self.by_query.entry(q).or_default().insert(k);
+        }
+    }
+
+    fn remove(&mut self, k: u64, query: Option<u64>) -> Option<Instant> {
+        if let Some(ks) = query.and_then(|q| self.by_query.get_mut(&q)) {
+            ks.remove(&k);
+        }
+        self.at.remove(&k)
+    }
+
+    /// The write an aggregation's change to query `q`'s row stands for, given the row's
+    /// newest write number `last`: `last` itself when it is still waiting, else (a write that
+    /// committed after a newer one, so the row's `last` did not move) the oldest waiting write
+    /// of the query below it.
+    fn take_for(&mut self, q: u64, last: u64) -> Option<Instant> {
+        let ks = self.by_query.get_mut(&q)?;
+        let k = if ks.contains(&last) {
+            last
+        } else {
+            *ks.range(..last).next()?
+        };
+        self.remove(k, Some(q))
+    }
+}
 
 /// Subscribes the queries over `ceil(queries / 200)` connections and returns once every
 /// initial result has arrived; the reader tasks then record each `add`'s latency.
@@ -262,7 +300,16 @@ async fn subscribe(
                             let Some(k) = k else {
                                 continue;
                             };
-                            let t0 = sent_at.lock().expect("lock").remove(&k);
+                            let query = v["sub"]
+                                .as_str()
+                                .and_then(|s| s.strip_prefix('q'))
+                                .and_then(|q| q.parse::<u64>().ok());
+                            let t0 = match query {
+                                Some(q) if aggregates => {
+                                    sent_at.lock().expect("lock").take_for(q, k)
+                                }
+                                _ => sent_at.lock().expect("lock").remove(k, None),
+                            };
                             if let Some(t0) = t0 {
                                 let us = now.duration_since(t0).as_micros().max(1) as u64;
                                 let _ = hist.lock().expect("lock").record(us);
@@ -283,6 +330,12 @@ async fn subscribe(
             .ok_or("a subscriber connection failed")??;
     }
     Ok(readers)
+}
+
+/// The aggregation subscription a written document feeds (its `rk`), for the workloads that
+/// aggregate.
+fn group_of(workload: Workload, doc: &Value) -> Option<u64> {
+    workload.pipeline(0).and(doc["rk"].as_u64())
 }
 
 /// Writes `rate * secs` documents at `rate` per second, open loop. Returns (acknowledged,
@@ -322,14 +375,15 @@ async fn write(
                     doc["k"] = json!(k);
                 }
                 let url = format!("http://{addr}/v1/docs/bench/w{k}");
-                sent_at.lock().expect("lock").insert(k, Instant::now());
+                let query = group_of(workload, &doc);
+                sent_at.lock().expect("lock").insert(k, query);
                 let ok = matches!(client.put(url).json(&doc).send().await,
                                   Ok(r) if r.status().is_success());
                 if ok {
                     acked.fetch_add(1, Ordering::Relaxed);
                 } else {
                     errors.fetch_add(1, Ordering::Relaxed);
-                    sent_at.lock().expect("lock").remove(&k);
+                    sent_at.lock().expect("lock").remove(k, query);
                 }
                 drop(slot);
             });
@@ -377,7 +431,10 @@ async fn write_stream(
             )
             .map_err(|e| e.to_string())?;
             line.push(b'\n');
-            sent_at.lock().expect("lock").insert(k, Instant::now());
+            sent_at
+                .lock()
+                .expect("lock")
+                .insert(k, group_of(cfg.workload, &doc));
             stream.send(line).await?;
             k += 1;
         }
@@ -421,7 +478,7 @@ pub async fn run(cfg: ProbeConfig) -> Result<Probe, String> {
 }
 
 async fn measure(cfg: &ProbeConfig, server: &Server) -> Result<Probe, String> {
-    let sent_at: SentAt = Arc::new(Mutex::new(HashMap::new()));
+    let sent_at: SentAt = Arc::new(Mutex::new(Sent::default()));
     let hist = Arc::new(Mutex::new(
         Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("histogram"),
     ));
