@@ -4,7 +4,11 @@
 //!
 //! A view maintains a query's window ([`LiveView`]) or a live aggregation (`agg.rs`, subscribed
 //! with [`LiveEngine::subscribe_pipeline`]): the same grid registration (the head query's
-//! filter), initial result at an exact seq, replay, reset and sharing apply to both.
+//! filter), initial result at an exact seq, replay, reset and sharing apply to both. A query
+//! view watches one collection or a collection group ([`Scope`], `scope.rs`, subscribed with
+//! [`LiveEngine::subscribe_group`]): a group's view is filed in the grid under `*/group`, gets
+//! every change of every collection of the group (by full path, images with `_path`, hidden
+//! ones absent) and reads its initial result and refills through `Db::query_group`.
 //!
 //! Guarantees:
 //! - **No write missed or doubled.** A new subscription's initial result is read from the newest
