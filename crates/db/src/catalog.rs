@@ -24,6 +24,10 @@ pub struct Catalog {
     /// filter holds the sort field to a range of scalars (what the planner did before).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shapes_tracked: bool,
+    /// Composite indexes of collection-group scope, by group name (the last segment of the
+    /// collections they cover): kept for every collection of the group, existing or future.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub groups: BTreeMap<String, Vec<CompositeIndex>>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -141,6 +145,30 @@ fn covers(paths: &BTreeSet<String>, path: &str) -> bool {
 impl Catalog {
     pub fn collection(&self, name: &str) -> Option<&CollectionCatalog> {
         self.collections.get(name)
+    }
+
+    /// The catalog a collection group's plans see: its group-scoped composite indexes, and
+    /// the union of the exemptions, rebuilding paths and shape marks of every collection of
+    /// the group the catalog knows (a mark in any one of them keeps a group index from giving
+    /// order; a collection the catalog does not know has no marks).
+    pub fn group(&self, group: &str) -> CollectionCatalog {
+        let mut out = CollectionCatalog {
+            composites: self.groups.get(group).cloned().unwrap_or_default(),
+            ..CollectionCatalog::default()
+        };
+        for (name, cc) in &self.collections {
+            if name.rsplit('/').next() != Some(group) {
+                continue;
+            }
+            out.exemptions.extend(cc.exemptions.iter().cloned());
+            out.building_fields
+                .extend(cc.building_fields.iter().cloned());
+            out.multikey.extend(cc.multikey.iter().cloned());
+            out.truncated.extend(cc.truncated.iter().cloned());
+            out.arrays.extend(cc.arrays.iter().cloned());
+            out.objects.extend(cc.objects.iter().cloned());
+        }
+        out
     }
 
     /// The longest string index entries hold whole (unlimited in old stores).

@@ -13,8 +13,10 @@ use std::sync::Arc;
 use herald_storage::{ReadTxn, Report, StorageError, Table};
 
 use crate::catalog::{Catalog, IndexState};
-use crate::indexer::entries;
-use crate::layout::{decode_doc, doc_key, index_entry_id, META_CATALOG};
+use crate::indexer::{entries, group_entries};
+use crate::layout::{
+    decode_doc, doc_key, index_entry_id, scope_group, split_group_suffix, META_CATALOG,
+};
 
 /// At most this many findings of one kind are described; the rest are counted.
 const DESCRIBED_MAX: u64 = 20;
@@ -116,9 +118,18 @@ fn check_indexes(txn: &ReadTxn, report: &mut Report) -> Result<(), crate::DbErro
         if building {
             continue;
         }
-        let Ok(want) = entries(&collection, &id, &doc, cc, limit) else {
+        let Ok(mut want) = entries(&collection, &id, &doc, cc, limit) else {
             continue; // over the entry limit: such a document was never accepted
         };
+        // Its collection group's indexes, unless one of them is being built.
+        if let Some(groups) = catalog.groups.get(crate::names::group_of(&collection)) {
+            if groups.iter().any(|ci| ci.state == IndexState::Building) {
+                continue;
+            }
+            if let Ok(g) = group_entries(&collection, &id, &doc, groups, limit) {
+                want.keys.extend(g.keys);
+            }
+        }
         for entry in &want.keys {
             expected += 1;
             if txn.get(Table::Index, entry)?.is_none() {
@@ -143,6 +154,17 @@ fn check_indexes(txn: &ReadTxn, report: &mut Report) -> Result<(), crate::DbErro
                 orphans.found(report, || format!("index entry {:?}: {err}", shown(&key)));
                 continue;
             }
+        };
+        // A collection-group entry names its document by `id 0x00 path`.
+        let (collection, id) = match scope_group(&collection) {
+            None => (collection, id),
+            Some(_) => match split_group_suffix(&id) {
+                Ok((c, i)) => (c.to_string(), i.to_string()),
+                Err(err) => {
+                    orphans.found(report, || format!("index entry {:?}: {err}", shown(&key)));
+                    continue;
+                }
+            },
         };
         if txn.get(Table::Docs, &doc_key(&collection, &id))?.is_none() {
             orphans.found(report, || {
@@ -230,6 +252,51 @@ mod tests {
             found
                 .iter()
                 .any(|f| f.contains("document c/b is missing from the index")),
+            "{found:?}"
+        );
+    }
+
+    /// Collection-group index entries (`*/group ...`, naming `id 0x00 path`) are checked like
+    /// a collection's: a healthy store has no finding, a lost group entry is one.
+    #[test]
+    fn check_knows_collection_group_index_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Db::open(dir.path(), DbOptions::default()).unwrap();
+            db.create_group_index(
+                "m",
+                "a_n",
+                vec![
+                    ("a".into(), herald_query::Direction::Asc),
+                    ("n".into(), herald_query::Direction::Desc),
+                ],
+            )
+            .unwrap();
+            for c in ["m", "r/x/m"] {
+                db.commit(vec![Write::Put {
+                    collection: c.into(),
+                    id: "d".into(),
+                    doc: json!({"a": 1, "n": 2}),
+                    if_version: None,
+                }])
+                .unwrap();
+            }
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while db.list_group_indexes("m").unwrap()[0].state != IndexState::Ready {
+                assert!(std::time::Instant::now() < deadline);
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            db.close().unwrap();
+        }
+        assert_eq!(findings(dir.path()), Vec::<String>::new());
+        remove(dir.path(), Table::Index, |k| {
+            k.starts_with(b"*/m\0") && k.ends_with(b"r/x/m/d")
+        });
+        let found = findings(dir.path());
+        assert!(
+            found
+                .iter()
+                .any(|f| f.contains("document r/x/m/d is missing from the index")),
             "{found:?}"
         );
     }

@@ -14,7 +14,8 @@
 
 use crate::catalog::{CollectionCatalog, CompositeIndex};
 use crate::error::DbError;
-use crate::layout::{index_key, index_prefix};
+use crate::layout::{group_scope, group_suffix, index_key, index_prefix};
+use crate::names::group_of;
 use herald_query::{walk, Direction, LeafArrays};
 use herald_value::{encode_key_desc_limited, encode_key_limited, FieldPath, Value};
 use std::collections::BTreeSet;
@@ -119,7 +120,8 @@ pub fn entries(
         }
         if let Some(cat) = cat {
             for ci in &cat.composites {
-                composite(collection, id, m, ci, string_key_bytes_max, &mut out)?;
+                let prefix = index_prefix(collection, &composite_index_name(&ci.name));
+                composite(&prefix, id, m, ci, string_key_bytes_max, &mut out)?;
             }
         }
     }
@@ -172,8 +174,40 @@ fn scalars(
     }
 }
 
-fn composite(
+/// The name of a composite index of collection-group scope, under its group's prefix.
+pub fn group_index_name(name: &str) -> String {
+    format!("g:{name}")
+}
+
+/// The entries of `doc` (`id` in `collection`) in the group-scoped composite indexes of its
+/// collection's group (`groups`: those indexes), each key `group-prefix ++ values ++ id 0x00
+/// path` and each value [`index_value`](crate::layout::index_value) of that suffix
+/// (`layout::group_suffix`). Cut strings are reported in `truncated_paths`, marked on the
+/// collection like its own indexes' ones.
+pub fn group_entries(
     collection: &str,
+    id: &str,
+    doc: &Value,
+    groups: &[CompositeIndex],
+    string_key_bytes_max: usize,
+) -> Result<Entries, DbError> {
+    let mut out = Entries::default();
+    let (Value::Object(m), false) = (doc, groups.is_empty()) else {
+        return Ok(out);
+    };
+    let scope = group_scope(group_of(collection));
+    let suffix = group_suffix(collection, id);
+    for ci in groups {
+        let prefix = index_prefix(&scope, &group_index_name(&ci.name));
+        composite(&prefix, &suffix, m, ci, string_key_bytes_max, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// One composite index's keys for a document: `prefix ++ values ++ id` (`id`: the document id,
+/// or a group entry's suffix).
+fn composite(
+    prefix: &[u8],
     id: &str,
     doc: &herald_value::Map<String, Value>,
     ci: &CompositeIndex,
@@ -222,14 +256,13 @@ fn composite(
             ci.name
         )));
     }
-    let prefix = index_prefix(collection, &composite_index_name(&ci.name));
     let mut combo = vec![0usize; per_field.len()];
     loop {
         let mut enc = Vec::new();
         for (i, &j) in combo.iter().enumerate() {
             enc.extend_from_slice(&per_field[i][j]);
         }
-        out.keys.insert(index_key(&prefix, &enc, id));
+        out.keys.insert(index_key(prefix, &enc, id));
         // Advance the odometer.
         let mut i = combo.len();
         loop {

@@ -7,6 +7,11 @@
 //!   (encoded values use `herald_value::encode_key`, prefix-free and order-preserving, so a
 //!   range over one index returns documents in value order, ties in id order; the value says
 //!   how long the key's id is, see [`index_value`]; entries written before it hold the id)
+//! - `index`, collection-group scope: `*/group 0x00 g:index-name 0x00 encoded-values ++ id 0x00
+//!   path` -> `0xFF ++ len(id 0x00 path)`, where `path` is the document's full path
+//!   (`rooms/r1/messages/m7`): one entry per document of every collection whose last segment
+//!   is `group`, unique by the path, ties in (`_id`, path) order (see [`group_suffix`]). No
+//!   collection path starts with `*` (`names.rs`), so these keys never mix with a collection's.
 //! - `log`:   `seq (u64 BE)` -> `ts (u64 BE) ++` commit record JSON (see `commitlog/`)
 //! - `meta`:  `seq` -> last committed seq; `catalog` -> index catalog JSON; `mutation/...` ->
 //!   the client mutation ids of recent commits (their format lives in `mutations.rs`)
@@ -75,6 +80,38 @@ pub fn index_prefix(collection: &str, index: &str) -> Vec<u8> {
     k.extend_from_slice(index.as_bytes());
     k.push(0);
     k
+}
+
+/// What a collection group's index entries and live views are filed under: `*/group`.
+pub fn group_scope(group: &str) -> String {
+    format!("*/{group}")
+}
+
+/// The group name of a [`group_scope`] key, or `None` for a collection path.
+pub fn scope_group(scope: &str) -> Option<&str> {
+    scope.strip_prefix("*/")
+}
+
+/// The id part of a group index entry: `id 0x00 collection/id`. Ids hold no 0x00, so these
+/// compare by id first, then by full path: the order of a group query's ties.
+pub fn group_suffix(collection: &str, id: &str) -> String {
+    let mut s = String::with_capacity(2 * id.len() + collection.len() + 2);
+    s.push_str(id);
+    s.push('\0');
+    s.push_str(collection);
+    s.push('/');
+    s.push_str(id);
+    s
+}
+
+/// The (collection, id) a group entry's suffix ([`group_suffix`]) names.
+pub fn split_group_suffix(suffix: &str) -> Result<(&str, &str), DbError> {
+    let path = suffix
+        .split_once('\0')
+        .map(|(_, p)| p)
+        .ok_or_else(|| DbError::Corrupt("group index entry without a path".into()))?;
+    path.rsplit_once('/')
+        .ok_or_else(|| DbError::Corrupt("group index entry path without an id".into()))
 }
 
 /// A full index key: prefix, the encoded values, then the id (which makes the key unique).

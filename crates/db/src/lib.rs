@@ -68,7 +68,7 @@ pub use db::{
     StoredDoc, AGGREGATE_DOCS_MAX, BUILD_CHUNK_DOCS, COLLECTIONS_LIST_MAX, COMPOSITE_INDEXES_MAX,
 };
 pub use error::DbError;
-pub use exec::{QUERY_DOCS_MAX, SORT_DOCS_MAX};
+pub use exec::{Restrict, GROUP_COLLECTIONS_MAX, QUERY_DOCS_MAX, SORT_DOCS_MAX};
 pub use herald_storage::{
     lower_current_thread_priority, make_current_thread_idle, Durability, Histogram,
     HistogramSnapshot, StoreOptions, Ticket, WriteError as WriteFailure, CACHE_BYTES_MAX,
@@ -80,8 +80,8 @@ pub use mutations::{
     MUTATION_RETENTION_MS,
 };
 pub use names::{
-    check_collection, check_segment, generate_id, split_document_path, COLLECTION_PATH_BYTES_MAX,
-    SEGMENT_BYTES_MAX,
+    check_collection, check_group, check_segment, generate_id, group_of, split_document_path,
+    COLLECTION_PATH_BYTES_MAX, SEGMENT_BYTES_MAX,
 };
 pub use planner::{Alternative, Estimate, Explain, PlanDescription};
 pub use txn::{

@@ -24,6 +24,9 @@ pub fn check_segment(s: &str, what: &str) -> Result<(), DbError> {
         "contains a control character"
     } else if s.starts_with("__") {
         "starts with '__' (reserved)"
+    } else if s.contains('*') {
+        "contains '*': paths have no wildcards (to query every collection with the same last \
+         segment at any depth, such as 'rooms/*/messages', use \"collectionGroup\":\"messages\")"
     } else {
         return Ok(());
     };
@@ -31,6 +34,17 @@ pub fn check_segment(s: &str, what: &str) -> Result<(), DbError> {
         "{what} '{}' {why}",
         s.escape_debug()
     )))
+}
+
+/// Checks a collection group name: the last segment of the collections it spans
+/// (`messages` for `messages`, `rooms/r1/messages`, `a/x/b/y/messages`).
+pub fn check_group(group: &str) -> Result<(), DbError> {
+    check_segment(group, "collection group name")
+}
+
+/// The last segment of a collection path: the group it belongs to.
+pub fn group_of(collection: &str) -> &str {
+    collection.rsplit('/').next().unwrap_or(collection)
 }
 
 /// Checks a collection path such as `rooms/r1/messages` (an odd number of segments).
@@ -98,6 +112,15 @@ mod tests {
         assert!(check_collection("rooms//m").is_err());
         assert!(check_collection("a/../b").is_err());
         assert!(check_collection("a\u{1}").is_err());
+        let e = check_collection("rooms/*/messages")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("collectionGroup"), "{e}");
+        assert!(check_segment("m*", "document id").is_err());
+        assert!(check_group("messages").is_ok());
+        assert!(check_group("a/b").is_err());
+        assert_eq!(group_of("rooms/r1/messages"), "messages");
+        assert_eq!(group_of("messages"), "messages");
         assert_eq!(
             split_document_path("rooms/r1/messages/m7").unwrap(),
             ("rooms/r1/messages", "m7")

@@ -7,11 +7,20 @@ use crate::error::ErrorCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// `POST /v1/indexes`: `{"collection","name","fields":[{"path","order"?}]}`.
+/// `POST /v1/indexes`: `{"collection" | "collectionGroup","name","fields":[{"path","order"?}]}`:
+/// an index of one collection, or of collection-group scope (kept for every collection whose
+/// last segment is the group's name).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IndexBody {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub collection: String,
+    #[serde(
+        rename = "collectionGroup",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub collection_group: Option<String>,
     pub name: String,
     pub fields: Vec<IndexField>,
 }
@@ -30,6 +39,12 @@ impl Decode for IndexBody {
     const BAD: ErrorCode = ErrorCode::BadIndex;
 
     fn check(&self) -> Result<(), crate::ProtocolError> {
+        if self.collection.is_empty() == self.collection_group.is_none() {
+            return Err(crate::ProtocolError::new(
+                ErrorCode::BadIndex,
+                "an index needs exactly one of 'collection' and 'collectionGroup'",
+            ));
+        }
         match self
             .fields
             .iter()

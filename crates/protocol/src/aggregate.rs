@@ -12,6 +12,7 @@ use serde_json::Value;
 
 members! {
     collection_member: "collection" => String;
+    collection_group_member: "collectionGroup" => Option<String>;
     pipeline_member: "pipeline" => Vec<Value>;
     explain_member: "explain" => Option<bool>;
     min_seq_member: "minSeq" => Option<u64>;
@@ -21,8 +22,20 @@ members! {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AggregateBody {
-    #[serde(deserialize_with = "collection_member")]
+    #[serde(
+        default,
+        deserialize_with = "collection_member",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub collection: String,
+    /// Instead of `collection`: every collection whose last path segment is this name.
+    #[serde(
+        rename = "collectionGroup",
+        default,
+        deserialize_with = "collection_group_member",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub collection_group: Option<String>,
     /// The stages, in order (`[{"$match": {...}}, {"$group": {...}}]`).
     #[serde(deserialize_with = "pipeline_member")]
     pub pipeline: Vec<Value>,
@@ -45,6 +58,10 @@ pub struct AggregateBody {
 impl Decode for AggregateBody {
     const WHAT: &'static str = "an aggregation";
     const UNKNOWN: ErrorCode = ErrorCode::BadQuery;
+
+    fn check(&self) -> Result<(), crate::ProtocolError> {
+        crate::query::one_scope(&self.collection, &self.collection_group)
+    }
 }
 
 /// The reply of `POST /v1/aggregate`: the pipeline's output documents and the seq of the snapshot

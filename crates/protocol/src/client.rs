@@ -35,7 +35,12 @@ pub enum ClientMessage {
 #[serde(rename_all = "camelCase")]
 pub struct Subscribe {
     pub sub: String,
+    /// Empty for a collection-group subscription.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub collection: String,
+    /// Instead of `collection`: every collection whose last path segment is this name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collection_group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,6 +104,7 @@ members! {
     token_member: "token" => Option<String>;
     sub_member: "sub" => Option<String>;
     collection_member: "collection" => Option<String>;
+    collection_group_member: "collectionGroup" => Option<String>;
     resume_from_member: "resumeFrom" => Option<u64>;
     min_seq_member: "minSeq" => Option<u64>;
     req_member: "req" => Option<String>;
@@ -119,6 +125,8 @@ struct RawClientMessage {
     sub: Option<String>,
     #[serde(default, deserialize_with = "collection_member")]
     collection: Option<String>,
+    #[serde(default, deserialize_with = "collection_group_member")]
+    collection_group: Option<String>,
     #[serde(default)]
     filter: Option<Value>,
     #[serde(default)]
@@ -163,6 +171,7 @@ impl RawClientMessage {
         add(self.token.is_some(), "token");
         add(self.sub.is_some(), "sub");
         add(self.collection.is_some(), "collection");
+        add(self.collection_group.is_some(), "collectionGroup");
         add(self.filter.is_some(), "filter");
         add(self.sort.is_some(), "sort");
         add(self.skip.is_some(), "skip");
@@ -185,6 +194,7 @@ impl RawClientMessage {
 const SUBSCRIBE_MEMBERS: &[&str] = &[
     "sub",
     "collection",
+    "collectionGroup",
     "filter",
     "sort",
     "skip",
@@ -227,9 +237,16 @@ impl TryFrom<RawClientMessage> for ClientMessage {
             },
             "subscribe" => ClientMessage::Subscribe(Box::new(Subscribe {
                 sub: r.sub.ok_or_else(|| needs("sub"))?,
-                collection: r
-                    .collection
-                    .ok_or_else(|| "a subscription needs 'collection'".to_string())?,
+                collection: match (&r.collection, &r.collection_group) {
+                    (Some(_), Some(_)) => {
+                        return Err("give 'collection' or 'collectionGroup', not both".into())
+                    }
+                    (None, None) => {
+                        return Err("a subscription needs 'collection' or 'collectionGroup'".into())
+                    }
+                    _ => r.collection.unwrap_or_default(),
+                },
+                collection_group: r.collection_group,
                 filter: r.filter,
                 sort: r.sort,
                 skip: r.skip,

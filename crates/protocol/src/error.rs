@@ -78,7 +78,7 @@ error_codes! {
     KeyNotFound = ("key_not_found", 404, None, false, "no API key with this id"),
     RateLimited = ("rate_limited", 429, CLOSE, true, "too many messages on this connection; slow down"),
     // Paths and documents
-    BadPath = ("bad_path", 400, None, false, "bad collection path or document id (empty or '.'/'..' segments, control characters, '__' prefix, too long)"),
+    BadPath = ("bad_path", 400, None, false, "bad collection path or document id (empty or '.'/'..' segments, control characters, '*', '__' prefix, too long)"),
     NotFound = ("not_found", 404, None, false, "the document does not exist"),
     AlreadyExists = ("already_exists", 409, None, false, "insert of an id that exists"),
     VersionConflict = ("version_conflict", 409, None, false, "an ifVersion / If-Match precondition failed; nothing was applied"),

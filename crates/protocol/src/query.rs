@@ -12,17 +12,31 @@ use serde_json::Value;
 
 members! {
     collection_member: "collection" => String;
+    collection_group_member: "collectionGroup" => Option<String>;
     explain_member: "explain" => Option<bool>;
     min_seq_member: "minSeq" => Option<u64>;
 }
 
-/// `POST /v1/query`: `{"collection","filter"?,"sort"?,"skip"?,"limit"?,"projection"?,"startAt"?,
-/// "startAfter"?,"endAt"?,"endBefore"?,"explain"?,"minSeq"?}`.
+/// `POST /v1/query`: `{"collection" | "collectionGroup","filter"?,"sort"?,"skip"?,"limit"?,
+/// "projection"?,"startAt"?,"startAfter"?,"endAt"?,"endBefore"?,"explain"?,"minSeq"?}`:
+/// exactly one of `collection` and `collectionGroup` (`collection` is empty for a group query).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueryBody {
-    #[serde(deserialize_with = "collection_member")]
+    #[serde(
+        default,
+        deserialize_with = "collection_member",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub collection: String,
+    /// Every collection whose last path segment is this name, at any depth.
+    #[serde(
+        rename = "collectionGroup",
+        default,
+        deserialize_with = "collection_group_member",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub collection_group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +81,29 @@ pub struct QueryBody {
 impl Decode for QueryBody {
     const WHAT: &'static str = "a query";
     const UNKNOWN: ErrorCode = ErrorCode::BadQuery;
+
+    fn check(&self) -> Result<(), crate::ProtocolError> {
+        one_scope(&self.collection, &self.collection_group)
+    }
+}
+
+/// Exactly one of `collection` and `collectionGroup` (`bad_query` otherwise).
+pub(crate) fn one_scope(
+    collection: &str,
+    group: &Option<String>,
+) -> Result<(), crate::ProtocolError> {
+    match (collection.is_empty(), group) {
+        (false, None) | (true, Some(_)) => Ok(()),
+        (false, Some(_)) => Err(crate::ProtocolError::new(
+            ErrorCode::BadQuery,
+            "give 'collection' (one collection) or 'collectionGroup' (every collection with that \
+             last segment), not both",
+        )),
+        (true, None) => Err(crate::ProtocolError::new(
+            ErrorCode::BadQuery,
+            "a query needs 'collection' (a collection path) or 'collectionGroup' (a group name)",
+        )),
+    }
 }
 
 impl QueryBody {
@@ -110,6 +147,9 @@ pub struct QueryParts {
 pub struct SubscribeParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collection: Option<String>,
+    /// Instead of `collection`: every collection whose last path segment is this name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collection_group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -241,4 +281,10 @@ pub enum PlanDescription {
     /// Every document of the collection. (A struct variant: a unit variant would let unknown
     /// members through.)
     CollectionScan {},
+    /// A collection-group query without a group index serving it: each of `collections` ran
+    /// its own plan (`plans`: the distinct ones), the results merged in sort order.
+    GroupMerge {
+        collections: u64,
+        plans: Vec<PlanDescription>,
+    },
 }

@@ -32,11 +32,19 @@ impl Decode for IndexInfo {
 }
 
 /// `GET /v1/indexes?collection=`: the composite indexes, the exempt paths and the automatic
-/// indexes being rebuilt after an exemption was lifted.
+/// indexes being rebuilt after an exemption was lifted. With `?collectionGroup=` instead:
+/// the group's composite indexes (`collection` empty, no exemptions).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IndexList {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub collection: String,
+    #[serde(
+        rename = "collectionGroup",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub collection_group: Option<String>,
     pub composite: Vec<IndexInfo>,
     pub exemptions: Vec<String>,
     pub building: Vec<String>,

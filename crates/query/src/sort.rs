@@ -87,6 +87,13 @@ impl Sort {
         &self.keys
     }
 
+    /// This sort with one more key after its last (a tie-break past `_id`: collection-group
+    /// results, whose `_id`s repeat across collections, end with their `_path`).
+    pub fn then_by(mut self, path: FieldPath, dir: Direction) -> Sort {
+        self.keys.push(SortKey { path, dir });
+        self
+    }
+
     /// Compares two documents in result order. A value that is not a document has null keys.
     pub fn compare(&self, a: &Value, b: &Value) -> Ordering {
         self.compare_keys(&self.key_values(a), &self.key_values(b))

@@ -1,5 +1,6 @@
 // The query pane: filter, sort, skip, limit and projection as JSON, run on the server with
-// `explain`, showing the documents and the plan (index or scan, keys and documents examined).
+// `explain`, showing the documents and the plan (index or scan, keys and documents examined);
+// with "Collection group" ticked, over every collection whose last segment is the name given.
 import type { QuerySpec } from "@herald/sdk";
 import type { App } from "./app.js";
 import { byId, describeError, h, intField, jsonField, preview, status } from "./dom.js";
@@ -30,11 +31,15 @@ export function setupQuery(app: App): void {
     try {
       const { collection, spec } = readSpec("q-", true);
       status("q-status", "running…");
+      // A collection group: every collection with that last segment; each result has `_path`.
+      const group = byId<HTMLInputElement>("q-group").checked;
+      const target = group ? app.db.collectionGroup(collection) : collection;
       // `query` parses locally first, so a malformed query fails here with its stable code.
-      const r = await app.db.explain(app.db.query(collection, spec));
+      const r = await app.db.explain(app.db.query(target, spec));
+      const label = (d: Record<string, unknown>): string => String(group ? d._path : d._id);
       body.replaceChildren(
         ...r.docs.map((d, i) =>
-          h("tr", { "data-id": String(d._id) }, h("td", {}, String(i)), h("td", {}, String(d._id)), h("td", { class: "json" }, preview(d, 200))),
+          h("tr", { "data-id": label(d) }, h("td", {}, String(i)), h("td", {}, label(d)), h("td", { class: "json" }, preview(d, 200))),
         ),
       );
       byId("q-explain").textContent = JSON.stringify(r.explain, null, 2);

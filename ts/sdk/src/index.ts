@@ -7,6 +7,7 @@ export {
   PENDING_WRITES_MAX,
   CACHE_DOCS_MAX,
   Herald,
+  CollectionGroupRef,
   CollectionRef,
   DocumentRef,
   QueryRef,

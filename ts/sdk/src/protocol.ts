@@ -45,7 +45,10 @@ export type AuthMessage = { op: "auth"; token: string };
 export type SubscribeMessage = {
   op: "subscribe";
   sub: string;
-  collection: string;
+  /** Exactly one of `collection` and `collectionGroup` (every collection whose last path
+   * segment is that name; events then name documents by full path). */
+  collection?: string;
+  collectionGroup?: string;
   resumeFrom?: number;
   /** Start only once the node has applied this seq (read-your-writes on any node). */
   minSeq?: number;
@@ -138,9 +141,10 @@ export interface IndexInfo {
   state: "building" | "ready";
 }
 
-/** `GET /v1/indexes?collection=`. */
+/** `GET /v1/indexes?collection=` (or `?collectionGroup=`: a group's indexes, no exemptions). */
 export interface IndexList {
-  collection: string;
+  collection?: string;
+  collectionGroup?: string;
   composite: IndexInfo[];
   /** Paths without automatic indexes. */
   exemptions: string[];
@@ -402,8 +406,17 @@ export function decodeClientMessage(v: unknown): ClientMessage {
       r.only(["op", "token"]);
       return { op: kind, token: r.str("token") };
     case "subscribe": {
-      r.only(["op", "sub", "collection", "filter", "sort", "skip", "limit", "projection", ...CURSOR_MEMBERS, "pipeline", "resumeFrom", "minSeq"]);
-      const m: SubscribeMessage = { op: kind, sub: r.sub("sub"), collection: r.str("collection") };
+      r.only([
+        "op", "sub", "collection", "collectionGroup", "filter", "sort", "skip", "limit", "projection", ...CURSOR_MEMBERS, "pipeline",
+        "resumeFrom", "minSeq",
+      ]);
+      const m: SubscribeMessage = { op: kind, sub: r.sub("sub") };
+      const collection = r.optional("collection", Reader.str);
+      const collectionGroup = r.optional("collectionGroup", Reader.str);
+      if ((collection === undefined) === (collectionGroup === undefined))
+        throw new ProtocolError("a subscription needs exactly one of 'collection' and 'collectionGroup'");
+      if (collection !== undefined) m.collection = collection;
+      if (collectionGroup !== undefined) m.collectionGroup = collectionGroup;
       const filter = r.optional("filter", Reader.doc);
       const sort = r.optional("sort", Reader.doc);
       const skip = r.optional("skip", Reader.uint);
@@ -563,9 +576,12 @@ export function decodeIndexInfo(v: unknown): IndexInfo {
 /** Decodes `GET /v1/indexes?collection=`'s answer. */
 export function decodeIndexList(v: unknown): IndexList {
   const r = new Reader(object(v, "index listing"), "index listing");
-  r.only(["collection", "composite", "exemptions", "building"]);
+  r.only(["collection", "collectionGroup", "composite", "exemptions", "building"]);
+  const collection = r.optional("collection", Reader.str);
+  const collectionGroup = r.optional("collectionGroup", Reader.str);
   return {
-    collection: r.str("collection"),
+    ...(collection === undefined ? {} : { collection }),
+    ...(collectionGroup === undefined ? {} : { collectionGroup }),
     composite: r.list("composite", decodeIndexInfo),
     exemptions: r.list("exemptions", Reader.str),
     building: r.list("building", Reader.str),

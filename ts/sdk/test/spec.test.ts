@@ -64,6 +64,58 @@ test("server changes arrive as add, change, changeIndex and remove with position
   await r.quiet();
 });
 
+test("collection groups: a pull query and a listen across collections, documents by full path", async () => {
+  const { h, c } = await setup();
+  const g = `${c}g`;
+  await put(`rooms/r1/${g}`, "a", { n: 1 });
+  await put(`rooms/r2/${g}`, "a", { n: 2 });
+  await put(g, "b", { n: 0 });
+  await put(`rooms/r1/${g}x`, "z", { n: 5 });
+  const all = await h.get(h.query(h.collectionGroup(g), { sort: { n: 1 } }));
+  assert.deepEqual(
+    all.docs.map((d) => [d.id, d.path]),
+    [["b", `${g}/b`], ["a", `rooms/r1/${g}/a`], ["a", `rooms/r2/${g}/a`]],
+  );
+  const r = new Recorder();
+  h.onSnapshot(h.query(h.collectionGroup(g), { sort: { n: -1 }, limit: 2 }), r.next, r.error);
+  let s = await r.take();
+  assert.deepEqual(s.snap.docs.map((d) => d.path), [`rooms/r2/${g}/a`, `rooms/r1/${g}/a`]);
+  // A collection of the group created after the listen started.
+  await put(`x/y/${g}`, "a", { n: 9 });
+  s = await r.take();
+  assert.deepEqual(s.snap.docs.map((d) => d.path), [`x/y/${g}/a`, `rooms/r2/${g}/a`]);
+  assert.equal(s.snap.docs[0].data?._path, `x/y/${g}/a`);
+  await r.quiet();
+});
+
+test("collection groups offline: the cached group with local writes on top, then confirmed", async () => {
+  const { h, c } = await setup();
+  const g = `${c}g`;
+  await put(`rooms/r1/${g}`, "a", { n: 1 });
+  await put(`rooms/r2/${g}`, "b", { n: 2 });
+  const r = new Recorder();
+  h.onSnapshot(h.query(h.collectionGroup(g), { sort: { n: 1 } }), r.next, r.error, { includeMetadataChanges: true });
+  assert.deepEqual((await r.take()).docs, ["a", "b"]);
+  proxy.down();
+  let s = await r.take();
+  assert.deepEqual([s.docs, s.fromCache, s.pending], [["a", "b"], true, false]);
+  const w = h.set(h.doc(`rooms/r3/${g}/c`), { n: 0 });
+  s = await r.take();
+  assert.deepEqual([s.docs, s.changes, s.pending], [["c", "a", "b"], ["add c -1>0"], true]);
+  assert.equal(s.snap.docs[0].path, `rooms/r3/${g}/c`);
+  // A get while offline answers from the cache, pending write included.
+  const got = await h.get(h.query(h.collectionGroup(g), { sort: { n: 1 } }));
+  assert.deepEqual(
+    [got.docs.map((d) => d.path), got.metadata.fromCache],
+    [[`rooms/r3/${g}/c`, `rooms/r1/${g}/a`, `rooms/r2/${g}/b`], true],
+  );
+  proxy.up();
+  s = await r.until((x) => !x.fromCache && !x.pending);
+  assert.deepEqual(s.docs, ["c", "a", "b"]);
+  await w;
+  await r.quiet();
+});
+
 test("a local write shows at once with hasPendingWrites, then the server confirms it", async () => {
   const { h, c } = await setup();
   await put(c, "a", { n: 1 });

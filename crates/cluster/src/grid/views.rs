@@ -100,3 +100,54 @@ impl CellViews {
         out.extend(found);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herald_db::{Change, ChangeOp};
+    use serde_json::json;
+
+    /// A collection-group view travels as the scope key `*/group` in its registration; a cell
+    /// matches it against the changes of every collection of the group, at any depth.
+    #[test]
+    fn a_group_registration_matches_every_collection_of_its_group() {
+        let mut views = CellViews::default();
+        let reg = |collection: &str| Registration {
+            collection: collection.into(),
+            filter: json!({"n": {"$gte": 1}}),
+            row: 0,
+            from_seq: 0,
+            node: "n1".into(),
+        };
+        assert!(views.add("g", &reg("*/things")));
+        assert!(views.add("c", &reg("things")));
+        let change = |collection: &str, n: i64| Change {
+            collection: collection.into(),
+            id: "d".into(),
+            op: ChangeOp::Insert,
+            version: 1,
+            before: None,
+            after: Some(json!({"_id": "d", "n": n})),
+        };
+        let commit = Commit {
+            seq: 3,
+            changes: vec![
+                change("things", 1),
+                change("a/b/things", 2),
+                change("a/b/things", 0),
+                change("thingsx", 5),
+                change("things/x/other", 5),
+            ],
+            bytes: 0,
+        };
+        let mut out = Vec::new();
+        views.matches(&commit, 0, 1, None, &mut out);
+        assert_eq!(
+            out,
+            vec![
+                (3, "c".to_string(), vec![0]),
+                (3, "g".to_string(), vec![0, 1])
+            ]
+        );
+    }
+}

@@ -29,7 +29,7 @@ impl Db {
 
 /// The collections after `after`, and how many entries were read to find them (one per
 /// collection, plus one that ends the scan early or finds nothing): the cost the tests pin.
-fn skip_scan(
+pub(super) fn skip_scan(
     read: &ReadTxn,
     after: Option<&str>,
     limit: usize,

@@ -222,6 +222,9 @@ impl Db {
     }
 
     fn build(&self, collection: &str, index: &str) -> Result<(), DbError> {
+        if let Some(group) = crate::layout::scope_group(collection) {
+            return self.build_group(group, index);
+        }
         // A field's build covers the indexes of the paths below it too (an exemption of `m`
         // also exempts `m.k`).
         let mut prefixes = vec![index_prefix(collection, index)];

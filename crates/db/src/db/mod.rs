@@ -6,6 +6,8 @@
 
 mod aggregate;
 mod collections;
+mod group_indexes;
+mod group_query;
 mod indexes;
 mod query;
 mod replica;
@@ -15,6 +17,7 @@ mod triggers;
 
 pub use aggregate::{AggregateOutcome, AGGREGATE_DOCS_MAX};
 pub use collections::COLLECTIONS_LIST_MAX;
+pub(crate) use group_query::check_group_query;
 pub use indexes::IndexListing;
 pub use query::PlanResult;
 pub use replica::StateDigest;

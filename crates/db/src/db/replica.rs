@@ -188,6 +188,16 @@ pub(super) fn pending_builds(catalog: &Catalog) -> Vec<(String, String)> {
                 .map(move |p| (c.clone(), field_index_name(p)));
             composites.chain(fields).collect::<Vec<_>>()
         })
+        .chain(catalog.groups.iter().flat_map(|(g, list)| {
+            list.iter()
+                .filter(|ci| ci.state == IndexState::Building)
+                .map(move |ci| {
+                    (
+                        crate::layout::group_scope(g),
+                        crate::indexer::group_index_name(&ci.name),
+                    )
+                })
+        }))
         .collect()
 }
 

@@ -5,7 +5,13 @@
 //! than [`QUERY_DOCS_MAX`] documents. A plan run as a trial (see `planner/choose.rs`) stops with
 //! no result once it has examined its budget.
 
+mod group;
 mod ordered;
+
+pub use group::{
+    execute_group, group_query, project as project_group, with_path, GroupPlan, Restrict,
+    GROUP_COLLECTIONS_MAX,
+};
 
 use crate::error::DbError;
 use crate::layout::{collection_prefix, decode_doc, doc_key, index_entry_id, prefix_end};
@@ -71,7 +77,7 @@ fn run(
     let mut out = Collector::new(q, window);
     match plan {
         Plan::Ordered(o) => {
-            if !ordered::run(read, collection, q, o, budget, ex, &mut out)? {
+            if !ordered::run(read, collection, q, o, budget, ex, &mut out, None)? {
                 return Ok(None);
             }
         }

@@ -45,7 +45,15 @@ enum Fed {
     More,
 }
 
-/// Runs an ordered scan; `Ok(false)` when the budget ran out first.
+/// Fetches a group index entry's document (by the entry's id part) and returns it when it
+/// matches, ready for the collector (see `group.rs`).
+pub(super) type GroupFetch<'a> =
+    &'a mut dyn FnMut(&str, &mut Examined) -> Result<Option<Value>, DbError>;
+
+/// Runs an ordered scan; `Ok(false)` when the budget ran out first. `group`: the scan is over
+/// a collection-group index, whose entries' documents `group` fetches (`collection` is then
+/// the group's scope key and unused).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn run(
     read: &ReadTxn,
     collection: &str,
@@ -54,7 +62,18 @@ pub(super) fn run(
     budget: Budget,
     ex: &mut Examined,
     out: &mut Collector<'_>,
+    mut group: Option<GroupFetch<'_>>,
 ) -> Result<bool, DbError> {
+    let mut fetch = |id: &str, ex: &mut Examined, out: &mut Collector<'_>| match group.as_mut() {
+        Some(g) => Ok(match g(id, ex)? {
+            Some(doc) => match out.push(doc)? {
+                true => Fed::Full,
+                false => Fed::More,
+            },
+            None => Fed::More,
+        }),
+        None => fetch(read, collection, q, id, ex, out),
+    };
     if o.nulls_by_scan && !o.backward {
         match nulls(read, collection, q, budget, ex, out)? {
             None => return Ok(false),
@@ -107,7 +126,7 @@ pub(super) fn run(
         last = Some(suffix.to_vec());
         let id = index_entry_id(&key, &value)?.to_string();
         if !o.reverse_ties {
-            if let Fed::Full = fetch(read, collection, q, &id, ex, out)? {
+            if let Fed::Full = fetch(&id, ex, out)? {
                 return Ok(true);
             }
             continue;
@@ -115,7 +134,7 @@ pub(super) fn run(
         let value_part = &suffix[..suffix.len() - id.len()];
         if value_part != run_value.as_slice() {
             for id in run.drain(..).rev() {
-                if let Fed::Full = fetch(read, collection, q, &id, ex, out)? {
+                if let Fed::Full = fetch(&id, ex, out)? {
                     return Ok(true);
                 }
             }
@@ -124,7 +143,7 @@ pub(super) fn run(
         run.push(id);
     }
     for id in run.drain(..).rev() {
-        if let Fed::Full = fetch(read, collection, q, &id, ex, out)? {
+        if let Fed::Full = fetch(&id, ex, out)? {
             return Ok(true);
         }
     }

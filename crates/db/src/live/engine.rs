@@ -4,7 +4,11 @@
 //!
 //! A view maintains a query's window ([`LiveView`]) or a live aggregation (`agg.rs`, subscribed
 //! with [`LiveEngine::subscribe_pipeline`]): the same grid registration (the head query's
-//! filter), initial result at an exact seq, replay, reset and sharing apply to both.
+//! filter), initial result at an exact seq, replay, reset and sharing apply to both. A query
+//! view watches one collection or a collection group ([`Scope`], `scope.rs`, subscribed with
+//! [`LiveEngine::subscribe_group`]): a group's view is filed in the grid under `*/group`, gets
+//! every change of every collection of the group (by full path, images with `_path`, hidden
+//! ones absent) and reads its initial result and refills through `Db::query_group`.
 //!
 //! Guarantees:
 //! - **No write missed or doubled.** A new subscription's initial result is read from the newest
@@ -24,17 +28,21 @@
 //! added to and removed from the grid only when nothing is in flight, so the seq a view starts
 //! at is exact for every cell.
 
+use crate::db::check_group_query;
 use crate::db::Db;
 use crate::error::DbError;
+use crate::exec::{group_query, Restrict};
 use crate::live::agg::{AggView, Maintained};
 use crate::live::diff::ChangeEvent;
 use crate::live::feed::Commit;
 use crate::live::grid::{CellStatus, GridError, Inline, Matches, Matching};
 use crate::live::matcher::ViewId;
 use crate::live::message::{Events, Gap, Message, ResetReason};
+use crate::live::scope::Scope;
 use crate::live::view::{DocChange, LiveView, SLACK_DEFAULT};
+use crate::names::check_group;
 use herald_query::pipeline::LivePipeline;
-use herald_query::{Projection, Query};
+use herald_query::Query;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,7 +76,7 @@ pub struct SubscribeRequest {
 /// A request for the engine thread; a subscription with a pipeline is a live aggregation
 /// whose head query is the request's query.
 enum Request {
-    Subscribe(Box<SubscribeRequest>, Option<Arc<LivePipeline>>),
+    Subscribe(Box<SubscribeRequest>, Scope, Option<Arc<LivePipeline>>),
     Unsubscribe { conn: u64, sub: String },
     Disconnect { conn: u64 },
 }
@@ -81,7 +89,7 @@ struct Subscriber {
 struct View {
     /// The sharing key (`Engine::by_key` maps it back to this view's id).
     key: String,
-    collection: String,
+    scope: Scope,
     live: Maintained,
     subs: Vec<Subscriber>,
 }
@@ -173,7 +181,32 @@ impl LiveEngine {
     }
 
     pub fn subscribe(&self, req: SubscribeRequest) -> Result<(), DbError> {
-        self.push(Request::Subscribe(Box::new(req), None))
+        let scope = Scope::Collection(req.collection.clone());
+        self.push(Request::Subscribe(Box::new(req), scope, None))
+    }
+
+    /// Subscribes to a collection-group query: every collection whose last segment is `group`
+    /// (`req.collection` is ignored). Events name documents by full path and documents carry
+    /// `_path`; `restrict` (an end user's read rules) decides per collection what is visible.
+    /// Views are shared only by equal `req.key`s, so a restricted subscription's key must
+    /// identify its reader. (Live aggregations over a group are not offered.)
+    pub fn subscribe_group(
+        &self,
+        group: &str,
+        mut req: SubscribeRequest,
+        restrict: Option<Arc<dyn Restrict>>,
+    ) -> Result<(), DbError> {
+        check_group(group)?;
+        check_group_query(&req.query)?;
+        let mut view_query = group_query(&req.query);
+        view_query.projection = req.query.projection.clone();
+        let scope = Scope::group(
+            group,
+            std::mem::replace(&mut req.query, view_query),
+            restrict,
+        );
+        req.collection = scope.key();
+        self.push(Request::Subscribe(Box::new(req), scope, None))
     }
 
     /// Subscribes to a live aggregation: `req.query` is the pipeline's head query (filter and
@@ -183,7 +216,8 @@ impl LiveEngine {
         req: SubscribeRequest,
         pipeline: Arc<LivePipeline>,
     ) -> Result<(), DbError> {
-        self.push(Request::Subscribe(Box::new(req), Some(pipeline)))
+        let scope = Scope::Collection(req.collection.clone());
+        self.push(Request::Subscribe(Box::new(req), scope, Some(pipeline)))
     }
 
     pub fn unsubscribe(&self, conn: u64, sub: &str) -> Result<(), DbError> {
@@ -360,7 +394,7 @@ impl Engine {
 
     fn handle(&mut self, r: Request) {
         match r {
-            Request::Subscribe(req, pipeline) => self.subscribe(*req, pipeline),
+            Request::Subscribe(req, scope, pipeline) => self.subscribe(*req, scope, pipeline),
             Request::Unsubscribe { conn, sub } => {
                 self.remove(|s| s.sink.conn() == conn && s.sub == sub)
             }
@@ -393,12 +427,12 @@ impl Engine {
     /// The first `n` documents (all when `None`) of `query`'s result at exactly `target`.
     fn top_at(
         db: &Db,
-        collection: &str,
+        scope: &Scope,
         query: &Query,
         n: Option<usize>,
         target: u64,
     ) -> Result<Vec<Value>, DbError> {
-        top_at(db, collection, query, n, target)
+        top_at_scope(db, scope, query, n, target)
     }
 
     /// A new view's first result and the seq it is at. With an initial result to send, that is
@@ -411,28 +445,28 @@ impl Engine {
     fn first_result(
         &self,
         db: &Db,
-        collection: &str,
+        scope: &Scope,
         query: &Query,
         fresh: bool,
     ) -> Result<(Vec<Value>, u64), DbError> {
         let n = Self::fetch_size(query);
         if fresh {
-            let (docs, seq) = top_now(db, collection, query, n)?;
+            let (docs, seq) = scope.top(db, query, n)?;
             if seq >= self.seq {
                 return Ok((docs, seq));
             }
         }
-        Ok((Self::top_at(db, collection, query, n, self.seq)?, self.seq))
+        Ok((Self::top_at(db, scope, query, n, self.seq)?, self.seq))
     }
 
     fn fetch_size(query: &Query) -> Option<usize> {
         query.limit.map(|l| query.skip + l + SLACK_DEFAULT + 1)
     }
 
-    fn subscribe(&mut self, req: SubscribeRequest, plan: Option<Arc<LivePipeline>>) {
+    fn subscribe(&mut self, req: SubscribeRequest, scope: Scope, plan: Option<Arc<LivePipeline>>) {
         let SubscribeRequest {
             sub,
-            collection,
+            collection: _,
             query,
             key,
             resume_from,
@@ -448,7 +482,7 @@ impl Engine {
         let db = self.shared.db.clone();
         if let Some(r) = resume_from.filter(|r| *r != seq) {
             let target = Target {
-                collection: &collection,
+                scope: &scope,
                 query: &query,
                 plan: plan.as_ref(),
             };
@@ -458,7 +492,7 @@ impl Engine {
                     if !sink.send(reset_msg(&sub, ResetReason::Resume { from: r, gap })) {
                         return;
                     }
-                    self.attach(&db, sub, collection, query, plan, key, sink, true);
+                    self.attach(&db, sub, scope, query, plan, key, sink, true);
                     return;
                 }
                 Err(e) => {
@@ -466,11 +500,11 @@ impl Engine {
                     return;
                 }
             }
-            self.attach(&db, sub, collection, query, plan, key, sink, false);
+            self.attach(&db, sub, scope, query, plan, key, sink, false);
             return;
         }
         let send_initial = resume_from.is_none();
-        self.attach(&db, sub, collection, query, plan, key, sink, send_initial);
+        self.attach(&db, sub, scope, query, plan, key, sink, send_initial);
     }
 
     /// Sends the commits after `from` up to `to` as change batches for a private
@@ -484,15 +518,11 @@ impl Engine {
         sub: &str,
         sink: &dyn Sink,
     ) -> Result<Replayed, DbError> {
-        let Target {
-            collection,
-            query,
-            plan,
-        } = target;
+        let Target { scope, query, plan } = target;
         if from > to {
             return Ok(Replayed::Gap(Gap::Unknown));
         }
-        let docs = match Self::top_at(db, collection, query, Self::fetch_size(query), from) {
+        let docs = match Self::top_at(db, scope, query, Self::fetch_size(query), from) {
             Ok(d) => d,
             Err(DbError::LogGone { .. }) => return Ok(Replayed::Gap(Gap::LogGone)),
             // The result as of `from` is rebuilt from today's by undoing every change since;
@@ -505,7 +535,7 @@ impl Engine {
             Err(e) => return Err(e),
         };
         let mut view = match plan {
-            None => Maintained::Query(LiveView::new(query.clone(), SLACK_DEFAULT, docs, from)),
+            None => Maintained::Query(new_view(scope, query.clone(), docs, from)),
             Some(p) => Maintained::Agg(Box::new(AggView::new(
                 p.clone(),
                 query.clone(),
@@ -520,7 +550,7 @@ impl Engine {
                 return Ok(Replayed::Gap(Gap::LogGone));
             };
             for c in commits {
-                let events = apply_commit(db, collection, &mut view, &c)?;
+                let events = apply_commit(db, scope, &mut view, &c)?;
                 if !events.is_empty() && !sink.send(changes_msg(sub, c.seq, events)) {
                     return Ok(Replayed::Done);
                 }
@@ -535,7 +565,7 @@ impl Engine {
         &mut self,
         db: &Db,
         sub: String,
-        collection: String,
+        scope: Scope,
         query: Query,
         plan: Option<Arc<LivePipeline>>,
         key: String,
@@ -544,10 +574,10 @@ impl Engine {
     ) {
         let id = match self.by_key.get(&key) {
             Some(&id) => id,
-            None => match self.first_result(db, &collection, &query, send_initial) {
+            None => match self.first_result(db, &scope, &query, send_initial) {
                 Ok((docs, seq)) => {
                     let live = match &plan {
-                        None => Maintained::Query(LiveView::new(query, SLACK_DEFAULT, docs, seq)),
+                        None => Maintained::Query(new_view(&scope, query, docs, seq)),
                         Some(p) => match AggView::new(p.clone(), query, docs, seq) {
                             Ok(a) => Maintained::Agg(Box::new(a)),
                             Err(e) => {
@@ -564,11 +594,11 @@ impl Engine {
                         }
                     };
                     self.grid
-                        .add_view(id, &collection, Arc::new(live.query().filter.clone()));
+                        .add_view(id, &scope.key(), Arc::new(live.query().filter.clone()));
                     self.by_key.insert(key.clone(), id);
                     self.views[id as usize] = Some(View {
                         key,
-                        collection,
+                        scope,
                         live,
                         subs: Vec::new(),
                     });
@@ -578,7 +608,7 @@ impl Engine {
                 // `first_result`): a reset and a fresh result, as when the log is gone.
                 Err(DbError::LimitExceeded(_)) if !send_initial => {
                     if sink.send(reset_msg(&sub, ResetReason::ReplayBehind)) {
-                        self.attach(db, sub, collection, query, plan, key, sink, true);
+                        self.attach(db, sub, scope, query, plan, key, sink, true);
                     }
                     return;
                 }
@@ -630,7 +660,7 @@ impl Engine {
                     self.attach(
                         db,
                         s.sub,
-                        v.collection.clone(),
+                        v.scope.clone(),
                         v.live.query().clone(),
                         v.live.plan().cloned(),
                         v.key.clone(),
@@ -653,6 +683,20 @@ impl Engine {
         };
         let mut changes: Vec<DocChange<'_>> = Vec::new();
         for (id, idx) in &m.views {
+            let group = match deliver.views.get(*id as usize) {
+                Some(Some(v)) => matches!(v.scope, Scope::Group(_)).then(|| v.scope.clone()),
+                _ => continue,
+            };
+            if let Some(scope) = group {
+                // A group view knows documents by path, with `_path`, visible ones only.
+                let owned = group_changes(&scope, &m.commit, idx.iter().map(|&i| i as usize));
+                let refs: Vec<DocChange<'_>> = owned
+                    .iter()
+                    .map(|(p, b, a)| (p.as_str(), b.as_ref(), a.as_ref()))
+                    .collect();
+                deliver.call(*id, &refs);
+                continue;
+            }
             changes.clear();
             changes.extend(idx.iter().filter_map(|&i| {
                 let c = m.commit.changes.get(i as usize)?;
@@ -697,7 +741,7 @@ impl Deliver<'_> {
             view.live.skip_to(seq);
             return;
         }
-        match apply_changes(self.db, &view.collection, &mut view.live, seq, changes) {
+        match apply_changes(self.db, &view.scope, &mut view.live, seq, changes) {
             Ok(events) if events.is_empty() => {}
             Ok(events) => {
                 // One batch for the view, shared by every subscriber (a reference each).
@@ -720,41 +764,78 @@ impl Deliver<'_> {
 /// Applies some changes of one commit to a view: its events, one shared batch.
 fn apply_changes(
     db: &Db,
-    collection: &str,
+    scope: &Scope,
     view: &mut Maintained,
     seq: u64,
     changes: &[DocChange<'_>],
 ) -> Result<Events, DbError> {
     let query = view.shared_query();
-    let mut refill = |n: usize, s: u64| top_at(db, collection, &query, Some(n), s);
+    let mut refill = |n: usize, s: u64| top_at_scope(db, scope, &query, Some(n), s);
     let events: Vec<ChangeEvent<Arc<Value>>> = view.apply(seq, changes, &mut refill)?;
     Ok(events.into())
 }
 
-/// Applies one commit (its changes to `collection`) to a view and renders its events.
+/// Applies one commit (its changes in `scope`) to a view and renders its events.
 fn apply_commit(
     db: &Db,
-    collection: &str,
+    scope: &Scope,
     view: &mut Maintained,
     commit: &Commit,
 ) -> Result<Events, DbError> {
-    let changes: Vec<DocChange<'_>> = commit
-        .changes
-        .iter()
-        .filter(|c| c.collection == collection)
-        .map(|c| (c.id.as_str(), c.before.as_ref(), c.after.as_ref()))
-        .collect();
+    let owned;
+    let changes: Vec<DocChange<'_>> = match scope {
+        Scope::Collection(collection) => commit
+            .changes
+            .iter()
+            .filter(|c| c.collection == *collection)
+            .map(|c| (c.id.as_str(), c.before.as_ref(), c.after.as_ref()))
+            .collect(),
+        Scope::Group(_) => {
+            owned = group_changes(scope, commit, 0..commit.changes.len());
+            owned
+                .iter()
+                .map(|(p, b, a)| (p.as_str(), b.as_ref(), a.as_ref()))
+                .collect()
+        }
+    };
     if changes.is_empty() {
         return Ok(Events::from([]));
     }
-    apply_changes(db, collection, view, commit.seq, &changes)
+    apply_changes(db, scope, view, commit.seq, &changes)
+}
+
+/// The changes at `idx` of a commit that are in a group's scope, as its view sees them: by
+/// full path, images with `_path`, hidden images absent.
+fn group_changes(
+    scope: &Scope,
+    commit: &Commit,
+    idx: impl Iterator<Item = usize>,
+) -> Vec<(String, Option<Value>, Option<Value>)> {
+    idx.filter_map(|i| commit.changes.get(i))
+        .filter(|c| scope.holds(&c.collection))
+        .map(|c| {
+            (
+                scope.id_of(&c.collection, &c.id),
+                scope.image(&c.collection, &c.id, c.before.as_ref()),
+                scope.image(&c.collection, &c.id, c.after.as_ref()),
+            )
+        })
+        .collect()
+}
+
+/// A query view of `scope` (a group's knows documents by path).
+fn new_view(scope: &Scope, query: Query, docs: Vec<Value>, seq: u64) -> LiveView {
+    match scope {
+        Scope::Collection(_) => LiveView::new(query, SLACK_DEFAULT, docs, seq),
+        Scope::Group(_) => LiveView::new_group(query, SLACK_DEFAULT, docs, seq),
+    }
 }
 
 /// What a replay rebuilds: a query's window, or (with a pipeline) an aggregation over the
 /// query's result.
 #[derive(Clone, Copy)]
 struct Target<'a> {
-    collection: &'a str,
+    scope: &'a Scope,
     query: &'a Query,
     plan: Option<&'a Arc<LivePipeline>>,
 }
@@ -765,22 +846,6 @@ enum Replayed {
     Done,
     /// The history could not be replayed, for this reason (a `reset` follows).
     Gap(Gap),
-}
-
-/// The first `n` documents (unprojected, all when `None`) of the query's result in the newest
-/// snapshot, and that snapshot's seq.
-fn top_now(
-    db: &Db,
-    collection: &str,
-    query: &Query,
-    n: Option<usize>,
-) -> Result<(Vec<Value>, u64), DbError> {
-    let mut q = query.clone();
-    q.skip = 0;
-    q.projection = Projection::all();
-    q.limit = n;
-    let out = db.query(collection, &q)?;
-    Ok((out.docs, out.seq))
 }
 
 /// The first `n` documents (unprojected, all when `None`) of the query's result at exactly
@@ -795,31 +860,47 @@ pub fn top_at(
     n: Option<usize>,
     target: u64,
 ) -> Result<Vec<Value>, DbError> {
+    top_at_scope(
+        db,
+        &Scope::Collection(collection.to_string()),
+        query,
+        n,
+        target,
+    )
+}
+
+/// [`top_at`] for a collection or a collection group (whose documents are known by `_path`).
+fn top_at_scope(
+    db: &Db,
+    scope: &Scope,
+    query: &Query,
+    n: Option<usize>,
+    target: u64,
+) -> Result<Vec<Value>, DbError> {
+    let member = match scope {
+        Scope::Collection(_) => "_id",
+        Scope::Group(_) => "_path",
+    };
     let mut extra = 0usize;
     loop {
-        let mut q = query.clone();
-        q.skip = 0;
-        q.projection = Projection::all();
-        q.limit = n.map(|n| n + extra);
-        let out = db.query(collection, &q)?;
-        if out.seq < target {
+        let (docs, seq) = scope.top(db, query, n.map(|n| n + extra))?;
+        if seq < target {
             return Err(DbError::Corrupt(format!(
-                "snapshot seq {} is older than {target}",
-                out.seq
+                "snapshot seq {seq} is older than {target}"
             )));
         }
-        let commits = db.commits_between(target, out.seq)?.into_commits()?;
+        let commits = db.commits_between(target, seq)?.into_commits()?;
         let delta: usize = commits
             .iter()
             .map(|c| {
                 c.changes
                     .iter()
-                    .filter(|x| x.collection == collection)
+                    .filter(|x| scope.holds(&x.collection))
                     .count()
             })
             .sum();
-        if let (Some(limit), true) = (q.limit, delta > extra) {
-            if out.docs.len() >= limit {
+        if let (Some(limit), true) = (n.map(|n| n + extra), delta > extra) {
+            if docs.len() >= limit {
                 extra = delta;
                 continue;
             }
@@ -830,12 +911,12 @@ pub fn top_at(
                    items: &mut BTreeMap<Vec<u8>, Value>,
                    keys: &mut HashMap<String, Vec<u8>>| {
             let key = query.sort.encoded_key(&doc);
-            if let Some(id) = doc.get("_id").and_then(Value::as_str) {
+            if let Some(id) = doc.get(member).and_then(Value::as_str) {
                 keys.insert(id.to_string(), key.clone());
             }
             items.insert(key, doc);
         };
-        for d in out.docs {
+        for d in docs {
             put(d, &mut items, &mut keys);
         }
         for c in commits.iter().rev() {
@@ -843,14 +924,14 @@ pub fn top_at(
                 .changes
                 .iter()
                 .rev()
-                .filter(|x| x.collection == collection)
+                .filter(|x| scope.holds(&x.collection))
             {
-                if let Some(k) = keys.remove(&ch.id) {
+                if let Some(k) = keys.remove(&scope.id_of(&ch.collection, &ch.id)) {
                     items.remove(&k);
                 }
-                if let Some(b) = &ch.before {
-                    if query.matches(b) {
-                        put(b.clone(), &mut items, &mut keys);
+                if let Some(b) = scope.image(&ch.collection, &ch.id, ch.before.as_ref()) {
+                    if query.matches(&b) {
+                        put(b, &mut items, &mut keys);
                     }
                 }
             }

@@ -19,6 +19,7 @@ pub mod engine;
 pub mod grid;
 pub mod matcher;
 mod message;
+pub mod scope;
 mod view;
 
 pub use diff::{diff_windows, ChangeEvent, EventKind};

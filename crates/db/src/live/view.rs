@@ -52,9 +52,22 @@ pub struct LiveView {
     complete: bool,
     seq: u64,
     refills: u64,
+    /// A collection-group view: documents are known by their `_path` (ids repeat across
+    /// collections) and keep it when projected.
+    by_path: bool,
 }
 
 impl LiveView {
+    /// A view of a collection-group query: its documents carry `_path`, which identifies
+    /// them (the changes it is given name documents by full path) and which every shown
+    /// document keeps; `query`'s sort must end with `_path`.
+    pub fn new_group(query: Query, slack: usize, initial: Vec<Value>, seq: u64) -> LiveView {
+        let mut v = LiveView::new(query, slack, Vec::new(), seq);
+        v.by_path = true;
+        v.load(initial);
+        v
+    }
+
     /// Builds the view from the first `capacity + 1` documents of the result at `seq` (all of
     /// them for a query without limit), in result order.
     pub fn new(query: Query, slack: usize, initial: Vec<Value>, seq: u64) -> LiveView {
@@ -66,6 +79,7 @@ impl LiveView {
             complete: true,
             seq,
             refills: 0,
+            by_path: false,
         };
         v.load(initial);
         v
@@ -109,7 +123,8 @@ impl LiveView {
     }
 
     fn insert(&mut self, doc: Value) {
-        let Some(id) = doc.get("_id").and_then(Value::as_str).map(str::to_string) else {
+        let member = if self.by_path { "_path" } else { "_id" };
+        let Some(id) = doc.get(member).and_then(Value::as_str).map(str::to_string) else {
             return;
         };
         let key = self.query.sort.encoded_key(&doc);
@@ -204,6 +219,8 @@ impl LiveView {
     fn shown(&self, d: &Value) -> Arc<Value> {
         if self.query.projection.is_all() {
             Arc::new(d.clone())
+        } else if self.by_path {
+            Arc::new(crate::exec::project_group(&self.query, d.clone()))
         } else {
             Arc::new(self.query.projection.apply(d))
         }

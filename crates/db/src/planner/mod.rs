@@ -18,7 +18,7 @@ pub use choose::{choose, Chosen, Estimate};
 pub use ranges::{field_ranges, only_conjuncts, Ranges};
 
 use crate::catalog::{CollectionCatalog, IndexState};
-use crate::indexer::{composite_index_name, field_index_name};
+use crate::indexer::{composite_index_name, field_index_name, group_index_name};
 use crate::layout::{index_prefix, prefix_end};
 use herald_query::{Expr, FieldExpr, FieldOp, Query, Test};
 use herald_value::{encode_key_desc_limited, encode_key_limited, Value};
@@ -33,6 +33,18 @@ pub struct PlanCtx<'a> {
     pub key_limit: usize,
     /// Whether the catalog records every document's arrays and objects (`Catalog::shapes_tracked`).
     pub shapes: bool,
+}
+
+impl PlanCtx<'_> {
+    /// The index name of composite `name` here: a collection's (`c:name`), or a collection
+    /// group's (`g:name`) when planning over a group's scope (`*/group`, see `layout.rs`).
+    pub fn composite_name(&self, name: &str) -> String {
+        if crate::layout::scope_group(self.collection).is_some() {
+            group_index_name(name)
+        } else {
+            composite_index_name(name)
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -142,6 +154,12 @@ pub enum PlanDescription {
     },
     /// Every document of the collection.
     CollectionScan,
+    /// A collection-group query without a group index serving it: each of `collections`
+    /// ran its own plan (`plans`: the distinct ones) and the results were merged in order.
+    GroupMerge {
+        collections: usize,
+        plans: Vec<PlanDescription>,
+    },
 }
 
 impl PlanDescription {
@@ -154,6 +172,7 @@ impl PlanDescription {
             PlanDescription::Intersection { .. } => "intersection",
             PlanDescription::OrderedIndex { .. } => "ordered_index",
             PlanDescription::CollectionScan => "collection_scan",
+            PlanDescription::GroupMerge { .. } => "group_merge",
         }
     }
 }
@@ -181,6 +200,27 @@ impl Plan {
             Plan::Scan => PlanDescription::CollectionScan,
         }
     }
+}
+
+/// The plans of a collection-group query over the group's own indexes (`ctx.collection`:
+/// the group's scope, `ctx.cat`: `Catalog::group`): ordered scans of its composites first,
+/// then their equality ranges. Empty when none serves the query: the group then merges each
+/// collection's own plan.
+pub fn group_candidates(ctx: PlanCtx<'_>, query: &Query) -> Vec<Plan> {
+    let keys = query.sort.keys();
+    let mut out = Vec::new();
+    if let Some((last, user)) = keys.split_last() {
+        if last.path.as_str() == "_id" && !user.iter().any(|k| k.path.as_str() == "_id") {
+            out.extend(ordered::composites(
+                ctx,
+                query,
+                user,
+                last.dir == herald_query::Direction::Desc,
+            ));
+        }
+    }
+    out.extend(composite(ctx, query.filter.expr()));
+    out
 }
 
 /// Every plan that answers `query` correctly, the collection scan last. Which one is cheapest
@@ -309,7 +349,7 @@ fn composite(ctx: PlanCtx<'_>, root: &Expr) -> Option<Plan> {
         .iter()
         .filter(|c| c.state == IndexState::Ready)
     {
-        let mut prefix = index_prefix(ctx.collection, &composite_index_name(&ci.name));
+        let mut prefix = index_prefix(ctx.collection, &ctx.composite_name(&ci.name));
         let mut used = 0;
         let mut range = None;
         for field in &ci.fields {
@@ -350,7 +390,7 @@ fn composite(ctx: PlanCtx<'_>, root: &Expr) -> Option<Plan> {
             best = Some((
                 used,
                 Plan::Index {
-                    index: composite_index_name(&ci.name),
+                    index: ctx.composite_name(&ci.name),
                     ranges,
                 },
             ));

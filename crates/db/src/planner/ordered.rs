@@ -22,7 +22,7 @@ use super::ranges::only_conjuncts;
 use super::ranges::{bound_values, conjuncts, field_indexed, field_ranges, indexable_scalar};
 use super::{OrderedScan, Plan, PlanCtx, Stream};
 use crate::catalog::IndexState;
-use crate::indexer::{composite_index_name, field_index_name};
+use crate::indexer::field_index_name;
 use crate::layout::{index_prefix, prefix_end};
 use herald_query::{Direction, FieldExpr, FieldOp, Query, SortKey, Test};
 use herald_value::{encode_key, encode_key_desc_limited, encode_key_limited, Value};
@@ -120,7 +120,12 @@ fn single(ctx: PlanCtx<'_>, query: &Query, key: &SortKey, id_desc: bool) -> Opti
 }
 
 /// Ready composite indexes whose fields are equality-bound fields and then the sort fields.
-fn composites(ctx: PlanCtx<'_>, query: &Query, sort: &[SortKey], id_desc: bool) -> Vec<Plan> {
+pub(super) fn composites(
+    ctx: PlanCtx<'_>,
+    query: &Query,
+    sort: &[SortKey],
+    id_desc: bool,
+) -> Vec<Plan> {
     let Some(cat) = ctx.cat else {
         return vec![];
     };
@@ -152,10 +157,7 @@ fn composites(ctx: PlanCtx<'_>, query: &Query, sort: &[SortKey], id_desc: bool) 
             }
             backward = b;
         }
-        let mut combos = vec![index_prefix(
-            ctx.collection,
-            &composite_index_name(&ci.name),
-        )];
+        let mut combos = vec![index_prefix(ctx.collection, &ctx.composite_name(&ci.name))];
         let mut used: Vec<&FieldExpr> = Vec::new();
         let mut exact = true;
         for field in &ci.fields[..bound] {
@@ -195,7 +197,7 @@ fn composites(ctx: PlanCtx<'_>, query: &Query, sort: &[SortKey], id_desc: bool) 
                         .all(|a| used.iter().any(|u| std::ptr::eq(*a, *u)))
             });
         let mut scan = OrderedScan {
-            index: composite_index_name(&ci.name),
+            index: ctx.composite_name(&ci.name),
             streams: combos
                 .into_iter()
                 .map(|c| Stream {

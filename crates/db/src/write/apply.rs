@@ -12,9 +12,11 @@ use super::{set_id, WriteSettings};
 use crate::catalog::{Catalog, CollectionCatalog};
 use crate::commitlog::{self, StoredImages};
 use crate::error::DbError;
-use crate::indexer::entries;
+use crate::indexer::{entries, group_entries};
 use crate::known::KnownDocs;
-use crate::layout::{decode_doc, doc_key, encode_doc, index_value, META_CATALOG, META_SEQ};
+use crate::layout::{
+    decode_doc, doc_key, encode_doc, group_suffix, index_value, META_CATALOG, META_SEQ,
+};
 use crate::mutations;
 use crate::triggers::{enqueue, Registry};
 use crate::txn::{Change, ChangeOp, CommitOutcome, Guard, Write, WriteEffect, WriteResult};
@@ -324,6 +326,25 @@ fn replace_index_entries(
     };
     for k in old.difference(&new.keys) {
         txn.delete(Table::Index, k.clone());
+    }
+    // Collection-group indexes of the collection's group, in the same job.
+    if let Some(groups) = cat.groups.get(crate::names::group_of(collection)) {
+        let group_keys = |d: Option<&Value>| match d {
+            Some(d) => group_entries(collection, id, d, groups, limit),
+            None => Ok(Default::default()),
+        };
+        let old_g = group_keys(before)?.keys;
+        let new_g = group_keys(after)?;
+        for k in old_g.difference(&new_g.keys) {
+            txn.delete(Table::Index, k.clone());
+        }
+        let value = index_value(&group_suffix(collection, id));
+        for k in &new_g.keys {
+            if !old_g.contains(k) {
+                txn.put(Table::Index, k.clone(), value.clone())?;
+            }
+        }
+        new.truncated_paths.extend(new_g.truncated_paths);
     }
     // The new keys move into the batch (no copy); keys both images have stay put.
     for k in std::mem::take(&mut new.keys) {

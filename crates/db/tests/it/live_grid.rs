@@ -5,7 +5,8 @@
 //! The test is the only writer, so the pull result right after each commit is the result at
 //! that seq; at the end every subscriber's messages are replayed and after **every** batch its
 //! list must equal the pull result at the batch's seq. `HERALD_LIVE_GRID_SEEDS` sets the number
-//! of scenarios (seeds 0..n).
+//! of scenarios (seeds 0..n). The same model runs over collection-group subscriptions, with
+//! writes across the group's collections.
 
 use crate::live_engine::open_db;
 use herald_db::live::grid::{Threads, ThreadsConfig};
@@ -76,13 +77,20 @@ fn random_query(rng: &mut StdRng) -> Value {
     Value::Object(q)
 }
 
-fn random_writes(rng: &mut StdRng) -> Vec<Write> {
+/// Collections of collection group `c` at several depths, and two that are not in it.
+const GROUP_COLLS: &[&str] = &["c", "r/a/c", "r/b/c", "x/y/z/w/c", "cc", "r/a/d"];
+
+fn random_writes(rng: &mut StdRng, group: bool) -> Vec<Write> {
     (0..rng.gen_range(1..5))
         .map(|_| {
             let id = format!("d{}", rng.gen_range(0..20));
+            let collection = match group {
+                true => GROUP_COLLS[rng.gen_range(0..GROUP_COLLS.len())].to_string(),
+                false => "c".to_string(),
+            };
             if rng.gen_bool(0.25) {
                 Write::Delete {
-                    collection: "c".into(),
+                    collection,
                     id,
                     if_version: None,
                 }
@@ -92,7 +100,7 @@ fn random_writes(rng: &mut StdRng) -> Vec<Write> {
                     .collect();
                 let doc = json!({"n": rng.gen_range(0..6), "g": rng.gen_range(0..3), "s": s});
                 Write::Put {
-                    collection: "c".into(),
+                    collection,
                     id,
                     doc,
                     if_version: None,
@@ -157,10 +165,22 @@ fn check(
 
 #[test]
 fn subscribers_follow_the_pull_result_at_every_batch_over_the_threaded_grid() {
+    model(false, 32);
+}
+
+/// The same over collection-group subscriptions: writes land in collections of the group `c`
+/// at several depths (and in two that are not), pulls are group queries, and subscriptions
+/// come, go and resume as group subscriptions.
+#[test]
+fn group_subscribers_follow_the_pull_result_at_every_batch_over_the_threaded_grid() {
+    model(true, 16);
+}
+
+fn model(group: bool, default_seeds: u64) {
     let seeds: u64 = std::env::var("HERALD_LIVE_GRID_SEEDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(32);
+        .unwrap_or(default_seeds);
     for seed in 0..seeds {
         let mut rng = StdRng::seed_from_u64(seed);
         let config = ThreadsConfig {
@@ -169,7 +189,7 @@ fn subscribers_follow_the_pull_result_at_every_batch_over_the_threaded_grid() {
             depth: [1, 2, 8, 32][rng.gen_range(0..4)],
             jitter: Duration::from_micros([0, 300, 1500][rng.gen_range(0..3)]),
         };
-        let shape = format!("seed {seed} grid {config:?}");
+        let shape = format!("seed {seed} grid {config:?} group {group}");
         let (_dir, db) = open_db();
         let engine = LiveEngine::start_with(db.clone(), Box::new(Threads::start(config)));
         let queries: Vec<Value> = (0..8).map(|_| random_query(&mut rng)).collect();
@@ -177,7 +197,10 @@ fn subscribers_follow_the_pull_result_at_every_batch_over_the_threaded_grid() {
         let mut pulls: Vec<BTreeMap<u64, Vec<Value>>> = vec![BTreeMap::new(); queries.len()];
         let record = |pulls: &mut Vec<BTreeMap<u64, Vec<Value>>>| {
             for (i, q) in parsed.iter().enumerate() {
-                let out = db.query("c", q).unwrap();
+                let out = match group {
+                    true => db.query_group("c", q, None).unwrap(),
+                    false => db.query("c", q).unwrap(),
+                };
                 pulls[i].insert(out.seq, out.docs);
             }
         };
@@ -192,19 +215,21 @@ fn subscribers_follow_the_pull_result_at_every_batch_over_the_threaded_grid() {
                          sub: &str,
                          qi: usize,
                          resume_from: Option<u64>| {
-            engine
-                .subscribe(SubscribeRequest {
-                    sub: sub.into(),
-                    collection: "c".into(),
-                    query: Query::parse(&queries[qi]).unwrap(),
-                    key: format!("c\n{}", queries[qi]),
-                    resume_from,
-                    sink: sink.clone() as Arc<dyn Sink>,
-                })
-                .unwrap();
+            let req = SubscribeRequest {
+                sub: sub.into(),
+                collection: "c".into(),
+                query: Query::parse(&queries[qi]).unwrap(),
+                key: format!("c\n{group}\n{}", queries[qi]),
+                resume_from,
+                sink: sink.clone() as Arc<dyn Sink>,
+            };
+            match group {
+                true => engine.subscribe_group("c", req, None).unwrap(),
+                false => engine.subscribe(req).unwrap(),
+            }
         };
         for _ in 0..150 {
-            let out = db.commit(random_writes(&mut rng)).unwrap();
+            let out = db.commit(random_writes(&mut rng, group)).unwrap();
             record(&mut pulls);
             assert!(pulls[0].contains_key(&out.seq));
             match rng.gen_range(0..12) {

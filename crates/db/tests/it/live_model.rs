@@ -3,7 +3,8 @@
 //! commits (inserts, replacements, deletes, multi-document transactions). A cursor bounds the
 //! sort key, so documents enter and leave the result as their sort keys cross it. After every
 //! commit, the list a subscriber builds by applying the emitted events must equal the pull
-//! query at that seq. `HERALD_LIVE_MODEL_CASES` sets the number of scenarios (each runs 100
+//! query at that seq. The same for collection-group views, whose documents repeat ids across
+//! collections. `HERALD_LIVE_MODEL_CASES` sets the number of scenarios (each runs 100
 //! commits; the default 1000 scenarios are 100,000 commits).
 
 use herald_db::live::LiveView;
@@ -196,6 +197,111 @@ proptest! {
             }
             let want = expected(&q, &store);
             prop_assert_eq!(&client, &want, "after commit {} ({:?}) for query {}", seq, ops, qv);
+        }
+    }
+}
+
+/// A collection-group view's document: `_id` repeats across the group's two collections, so
+/// the view knows it by `_path`.
+fn group_doc(i: u8, body: &Value) -> (String, Value) {
+    let coll = if i.is_multiple_of(2) { "m" } else { "r/x/m" };
+    let id = format!("d{:02}", i / 2);
+    let path = format!("{coll}/{id}");
+    let mut d = with_id(&id, body);
+    d["_path"] = json!(path);
+    (path, d)
+}
+
+/// The group view's query: the sort then `_path` in `_id`'s direction (`exec/group.rs`).
+fn group_query(q: &Query) -> Query {
+    let dir = q
+        .sort
+        .keys()
+        .iter()
+        .find(|k| k.path.as_str() == "_id")
+        .map_or(herald_query::Direction::Asc, |k| k.dir);
+    let mut g = q.clone();
+    g.sort = q
+        .sort
+        .clone()
+        .then_by(herald_value::FieldPath::parse("_path").unwrap(), dir);
+    g
+}
+
+/// What a group subscriber's list must be: the group query, projected, each with `_path`.
+fn group_expected(q: &Query, store: &BTreeMap<String, Value>) -> Vec<(String, Value)> {
+    let mut unprojected = q.clone();
+    unprojected.projection = Projection::all();
+    unprojected
+        .run(store.values())
+        .into_iter()
+        .map(|d| {
+            let path = d["_path"].as_str().unwrap().to_string();
+            let mut shown = if q.projection.is_all() {
+                d.clone()
+            } else {
+                q.projection.apply(&d)
+            };
+            shown["_path"] = d["_path"].clone();
+            (path, shown)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases() / 4))]
+
+    /// The same model for a collection-group view (`LiveView::new_group`): documents of two
+    /// collections with the same ids, known by `_path`; after every commit the subscriber's
+    /// list equals the group query.
+    #[test]
+    fn group_view_events_always_equal_the_pull_query(
+        initial in prop::collection::vec((0u8..12, body()), 0..10),
+        qv in query(),
+        slack in 0usize..3,
+        commits in prop::collection::vec(commit(), 100),
+    ) {
+        let q = group_query(&Query::parse(&qv).unwrap());
+        let mut store: BTreeMap<String, Value> = BTreeMap::new();
+        for (i, b) in &initial {
+            let (path, d) = group_doc(*i, b);
+            store.insert(path, d);
+        }
+        let top = |store: &BTreeMap<String, Value>, n: Option<usize>| {
+            let mut t = q.clone();
+            t.skip = 0;
+            t.limit = n;
+            t.projection = Projection::all();
+            t.run(store.values())
+        };
+        let first = top(&store, q.limit.map(|l| q.skip + l + slack + 1));
+        let mut view = LiveView::new_group(q.clone(), slack, first, 0);
+        let mut client = view.window();
+        prop_assert_eq!(&client, &group_expected(&q, &store));
+        for (n, ops) in commits.iter().enumerate() {
+            let seq = n as u64 + 1;
+            let mut changes: Vec<(String, Option<Value>, Option<Value>)> = Vec::new();
+            for op in ops {
+                let (path, after) = match op {
+                    Op::Put(i, b) => { let (p, d) = group_doc(*i, b); (p, Some(d)) }
+                    Op::Delete(i) => (group_doc(*i, &json!({})).0, None),
+                };
+                let before = store.get(&path).cloned();
+                match &after {
+                    Some(d) => { store.insert(path.clone(), d.clone()); }
+                    None => { store.remove(&path); }
+                }
+                if before.is_some() || after.is_some() {
+                    changes.push((path, before, after));
+                }
+            }
+            let refs: Vec<(&str, Option<&Value>, Option<&Value>)> = changes.iter().map(|(i, b, a)| (i.as_str(), b.as_ref(), a.as_ref())).collect();
+            let snapshot = store.clone();
+            let mut refill = |k: usize, s: u64| { assert_eq!(s, seq); Ok(top(&snapshot, Some(k))) };
+            for e in view.apply(seq, &refs, &mut refill).unwrap() {
+                e.apply(&mut client);
+            }
+            prop_assert_eq!(&client, &group_expected(&q, &store), "after commit {} ({:?}) for query {}", seq, ops, qv);
         }
     }
 }

@@ -3,7 +3,9 @@
 //! the planner (`planner.rs`) and pull aggregations (`aggregate.rs`),
 //! the live-query engine against it (`live_engine.rs`, and over the threaded matching grid in
 //! `live_grid.rs`), the live-query model test
-//! (`live_model.rs`), live aggregations against the pull pipeline (`live_agg_model.rs`), trigger queues (`triggers.rs`) and random fault schedules under all of
+//! (`live_model.rs`), live aggregations against the pull pipeline (`live_agg_model.rs`),
+//! collection groups (`groups.rs`: every plan against the reference, and live group
+//! subscriptions), trigger queues (`triggers.rs`) and random fault schedules under all of
 //! them (`fault_schedules.rs`).
 //!
 //! The modules' tests run in parallel threads of one process: nothing here may set environment
@@ -12,6 +14,7 @@
 mod aggregate;
 mod db;
 mod fault_schedules;
+mod groups;
 mod live_agg_model;
 mod live_engine;
 mod live_grid;

@@ -7,15 +7,18 @@
 //! documents the user may read, so a user's count counts only those. `Db::aggregate` runs it
 //! (counts and min/max from indexes, streamed groups, or the rest of the pipeline in memory over
 //! the query's result, bounded by herald-query's limits), on the blocking pool like a query.
+//! With `collectionGroup` the head query runs over the group (`Db::query_group`: documents
+//! carry `_path`, an end user's rule ANDed in per collection) and the rest of the pipeline in
+//! memory over its result.
 
 use crate::api::body::read_typed;
 use crate::api::error::{ApiError, ApiResult};
-use crate::api::query::{explain_of, query_of, restrict, QUERY_BODY_BYTES_MAX};
+use crate::api::query::{explain_of, query_of, restrict, UserRestrict, QUERY_BODY_BYTES_MAX};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::Json;
-use herald_db::{DbError, AGGREGATE_DOCS_MAX};
+use herald_db::{DbError, Restrict, AGGREGATE_DOCS_MAX, QUERY_DOCS_MAX};
 use herald_protocol::{AggregateBody, AggregateExplain, AggregateReply, ErrorCode, QueryParts};
 use herald_query::pipeline::{Pipeline, Stage};
 use serde_json::Value;
@@ -29,6 +32,9 @@ pub async fn aggregate(
     crate::api::min_seq::wait_min_seq(&st, body.min_seq, false).await?;
     let explain = body.explain.unwrap_or(false);
     let collection = body.collection;
+    if let Some(group) = body.collection_group {
+        return aggregate_group(st, p, group, body.pipeline, explain).await;
+    }
     let spec = Value::Array(body.pipeline);
     let pipeline = Pipeline::parse(&spec).map_err(|e| ApiError::lib(e.code(), e.to_string()))?;
     let mut filter = None;
@@ -67,6 +73,62 @@ pub async fn aggregate(
         Ok::<_, ApiError>(AggregateReply {
             docs: out.docs,
             seq: out.seq,
+            explain,
+        })
+    })
+    .await
+    .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))??;
+    Ok(Json(out))
+}
+
+/// An aggregation over a collection group: the head query over the group, then the rest of
+/// the pipeline in memory over its result (at most `QUERY_DOCS_MAX` documents).
+async fn aggregate_group(
+    st: AppState,
+    p: crate::auth::Principal,
+    group: String,
+    stages: Vec<Value>,
+    explain: bool,
+) -> ApiResult<Json<AggregateReply>> {
+    herald_db::check_group(&group)?;
+    let spec = Value::Array(stages);
+    let pipeline = Pipeline::parse(&spec).map_err(|e| ApiError::lib(e.code(), e.to_string()))?;
+    let (q, covered) = pipeline.head_query(QUERY_DOCS_MAX);
+    let restrict = match p.user() {
+        Some(_) if explain => {
+            return Err(ApiError::new(
+                ErrorCode::PermissionDenied,
+                "explain needs an admin or service key",
+            ))
+        }
+        Some(user) => {
+            let head_filter = match pipeline.stages().first() {
+                Some(Stage::Match(_)) => spec[0].get("$match").cloned(),
+                _ => None,
+            };
+            Some(UserRestrict::new(&st, user, head_filter, q.clone()))
+        }
+        None => None,
+    };
+    let db = st.db.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let head = db
+            .query_group(&group, &q, restrict.as_ref().map(|r| r as &dyn Restrict))
+            .map_err(too_large)?;
+        let docs = pipeline
+            .run_from(covered, head.docs)
+            .map_err(|e| ApiError::lib(e.code(), e.to_string()))?;
+        let explain = explain.then(|| AggregateExplain {
+            query: explain_of(head.explain),
+            stages_in_query: covered as u64,
+            stages: pipeline.stages()[covered..]
+                .iter()
+                .map(|s| s.name().to_string())
+                .collect(),
+        });
+        Ok::<_, ApiError>(AggregateReply {
+            docs,
+            seq: head.seq,
             explain,
         })
     })

@@ -1,5 +1,7 @@
 //! Index management: `POST /v1/indexes` declares a composite index (built in the background,
-//! 202), `GET /v1/indexes?collection=`, `DELETE /v1/indexes/{name}?collection=`, and
+//! 202) of a collection or, with `collectionGroup`, of collection-group scope;
+//! `GET /v1/indexes?collection=` (or `?collectionGroup=`), `DELETE
+//! /v1/indexes/{name}?collection=` (or `?collectionGroup=`), and
 //! `PUT /v1/indexes/exemptions` replaces a collection's automatic-index exemptions.
 
 use crate::api::body::read_typed;
@@ -33,9 +35,23 @@ fn collection_param(params: &HashMap<String, String>) -> ApiResult<String> {
     params.get("collection").cloned().ok_or_else(|| {
         ApiError::new(
             ErrorCode::BadRequest,
-            "'collection' query parameter is required",
+            "'collection' (or 'collectionGroup') query parameter is required",
         )
     })
+}
+
+/// `?collectionGroup=`: the request is about a collection group's indexes.
+fn group_param(params: &HashMap<String, String>) -> ApiResult<Option<String>> {
+    match (
+        params.get("collectionGroup"),
+        params.contains_key("collection"),
+    ) {
+        (Some(_), true) => Err(ApiError::new(
+            ErrorCode::BadRequest,
+            "give 'collection' or 'collectionGroup', not both",
+        )),
+        (g, _) => Ok(g.cloned()),
+    }
 }
 
 pub async fn create(
@@ -46,6 +62,7 @@ pub async fn create(
     let body: IndexBody = read_typed(body, BODY_MAX).await?;
     let IndexBody {
         collection,
+        collection_group,
         name,
         fields,
     } = body;
@@ -61,7 +78,11 @@ pub async fn create(
         })
         .collect();
     let db = st.db.clone();
-    let index = blocking(move || db.create_index(&collection, &name, fields)).await?;
+    let index = blocking(move || match collection_group {
+        Some(g) => db.create_group_index(&g, &name, fields),
+        None => db.create_index(&collection, &name, fields),
+    })
+    .await?;
     Ok((StatusCode::ACCEPTED, Json(index_info(&index))))
 }
 
@@ -70,6 +91,18 @@ pub async fn list(
     _: crate::api::auth::RequireAdmin,
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
 ) -> ApiResult<Json<IndexList>> {
+    if let Some(g) = group_param(&params)? {
+        let db = st.db.clone();
+        let group = g.clone();
+        let list = blocking(move || db.list_group_indexes(&group)).await?;
+        return Ok(Json(IndexList {
+            collection: String::new(),
+            collection_group: Some(g),
+            composite: list.iter().map(index_info).collect(),
+            exemptions: vec![],
+            building: vec![],
+        }));
+    }
     let collection = collection_param(&params)?;
     let db = st.db.clone();
     let listing = blocking(move || db.list_indexes(&collection)).await?;
@@ -79,6 +112,7 @@ pub async fn list(
 fn index_list(l: IndexListing) -> IndexList {
     IndexList {
         collection: l.collection,
+        collection_group: None,
         composite: l.composite.iter().map(index_info).collect(),
         exemptions: l.exemptions,
         building: l.building,
@@ -113,8 +147,12 @@ pub async fn drop(
     UrlQuery(params): UrlQuery<HashMap<String, String>>,
 ) -> ApiResult<Json<IndexDropped>> {
     let Path(name) = name?;
-    let collection = collection_param(&params)?;
     let db = st.db.clone();
+    if let Some(g) = group_param(&params)? {
+        blocking(move || db.drop_group_index(&g, &name)).await?;
+        return Ok(Json(IndexDropped { dropped: true }));
+    }
+    let collection = collection_param(&params)?;
     blocking(move || db.drop_index(&collection, &name)).await?;
     Ok(Json(IndexDropped { dropped: true }))
 }

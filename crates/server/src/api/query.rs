@@ -25,6 +25,9 @@ pub async fn query(
     let body: QueryBody = read_typed(body, QUERY_BODY_BYTES_MAX).await?;
     crate::api::min_seq::wait_min_seq(&st, body.min_seq, false).await?;
     let explain = body.explain.unwrap_or(false);
+    if let Some(group) = body.collection_group.clone() {
+        return query_group(st, p, group, body.into_parts(), explain).await;
+    }
     let collection = body.collection.clone();
     let mut parts = body.into_parts();
     if let Some(user) = p.user() {
@@ -51,6 +54,90 @@ pub async fn query(
         seq: out.seq,
         explain,
     }))
+}
+
+/// A collection-group query: with an end user, each collection's read rule is ANDed into the
+/// query for that collection's documents (a collection without a readable rule contributes
+/// nothing).
+async fn query_group(
+    st: AppState,
+    p: crate::auth::Principal,
+    group: String,
+    parts: QueryParts,
+    explain: bool,
+) -> ApiResult<Json<QueryReply>> {
+    herald_db::check_group(&group)?;
+    let q = query_of(&parts)?;
+    let restrict = match p.user() {
+        Some(_) if explain => {
+            return Err(ApiError::new(
+                ErrorCode::PermissionDenied,
+                "explain needs an admin or service key",
+            ))
+        }
+        Some(user) => Some(UserRestrict::new(
+            &st,
+            user,
+            parts.filter.clone(),
+            q.clone(),
+        )),
+        None => None,
+    };
+    let db = st.db.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        db.query_group(
+            &group,
+            &q,
+            restrict.as_ref().map(|r| r as &dyn herald_db::Restrict),
+        )
+    })
+    .await
+    .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))??;
+    Ok(Json(QueryReply {
+        docs: out.docs,
+        seq: out.seq,
+        explain: explain.then(|| explain_of(out.explain)),
+    }))
+}
+
+/// An end user's view of a collection group (pull queries, aggregations, subscriptions): for
+/// each collection, `base` with its filter ANDed with that collection's read rule, under the
+/// rules as they were when the request came.
+pub struct UserRestrict {
+    rules: std::sync::Arc<herald_rules::Rules>,
+    ctx: herald_rules::AuthCtx,
+    filter: Option<Value>,
+    base: Query,
+}
+
+impl UserRestrict {
+    /// `filter`: the user's filter as JSON (`base`'s), so the rule is ANDed in as for a query.
+    pub fn new(
+        st: &AppState,
+        user: &crate::auth::UserAuth,
+        filter: Option<Value>,
+        base: Query,
+    ) -> UserRestrict {
+        UserRestrict {
+            rules: st.auth.rules(),
+            ctx: user.ctx.clone(),
+            filter,
+            base,
+        }
+    }
+}
+
+impl herald_db::Restrict for UserRestrict {
+    fn query_for(&self, collection: &str) -> Option<Query> {
+        let rule = self.rules.read_filter(collection, &self.ctx).ok()?;
+        let parts = QueryParts {
+            filter: Some(herald_rules::and_filters(self.filter.as_ref(), rule)),
+            ..QueryParts::default()
+        };
+        let mut q = self.base.clone();
+        q.filter = query_of(&parts).ok()?.filter;
+        Some(q)
+    }
 }
 
 /// The protocol's `Explain` for the database's account of how a query ran.
@@ -106,6 +193,10 @@ fn plan_of(p: herald_db::PlanDescription) -> PlanDescription {
             nulls_by_scan,
         },
         Db::CollectionScan => PlanDescription::CollectionScan {},
+        Db::GroupMerge { collections, plans } => PlanDescription::GroupMerge {
+            collections: collections as u64,
+            plans: plans.into_iter().map(plan_of).collect(),
+        },
     }
 }
 

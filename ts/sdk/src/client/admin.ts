@@ -28,7 +28,8 @@ export interface Explained {
   readonly docs: Doc[];
   readonly seq: number;
   readonly explain: {
-    /** `{"type": "index"|"ordered_index"|"intersection"|"union"|"ids"|"collection_scan", ...}`. */
+    /** `{"type": "index"|"ordered_index"|"intersection"|"union"|"ids"|"collection_scan"|
+     * "group_merge", ...}`. */
     readonly plan: Record<string, unknown>;
     readonly keysExamined: number;
     readonly docsExamined: number;
@@ -82,6 +83,11 @@ export class Admin {
 
   explain(collection: string, spec: Record<string, unknown>): Promise<Explained> {
     return this.http.request<Explained>("POST", "/v1/query", { collection, ...spec, explain: true });
+  }
+
+  /** [`explain`] for a collection-group query. */
+  explainGroup(collectionGroup: string, spec: Record<string, unknown>): Promise<Explained> {
+    return this.http.request<Explained>("POST", "/v1/query", { collectionGroup, ...spec, explain: true });
   }
 
   async triggers(): Promise<TriggerStatus[]> {

@@ -29,12 +29,12 @@ import { ListenRegistry, snapshot, type ListenLink, type Listener } from "./list
 import { MutationQueue, PENDING_WRITES_MAX } from "./mutationQueue.js";
 import { MemoryPersistence, type Persistence } from "./persistence.js";
 import { PipelineListens, type AggregateSnapshot } from "./pipelineListens.js";
-import { CollectionRef, DocumentRef, QueryRef, toWire, wireQuery, type Write } from "./refs.js";
+import { CollectionGroupRef, CollectionRef, DocumentRef, QueryRef, toWire, wireQuery, type Write } from "./refs.js";
 import type { DocumentSnapshot, QuerySnapshot } from "./snapshot.js";
 import { SyncLoop, type BackoffOptions, type ConnectionState, type WebSocketConstructor } from "./sync.js";
 import { generateId, validate, type WireWrite } from "./writes.js";
 
-export { CollectionRef, DocumentRef, QueryRef, type Write } from "./refs.js";
+export { CollectionGroupRef, CollectionRef, DocumentRef, QueryRef, type Write } from "./refs.js";
 export type { CommitResult, WriteResult } from "../protocol.js";
 export { PENDING_WRITES_MAX } from "./mutationQueue.js";
 export { CACHE_DOCS_MAX } from "./documentCache.js";
@@ -147,6 +147,13 @@ export class Herald {
     return new CollectionRef(path);
   }
 
+  /** Every collection whose last path segment is `name`, at any depth. Its queries and
+   * listens run on the server only (no cache, no offline answers, local writes show once the
+   * server has them); each document's `path` (and its data's `_path`) is its full path. */
+  collectionGroup(name: string): CollectionGroupRef {
+    return new CollectionGroupRef(name);
+  }
+
   /** A document by path: `rooms/r1/messages/m1`. */
   doc(path: string): DocumentRef {
     const i = path.lastIndexOf("/");
@@ -155,7 +162,8 @@ export class Herald {
   }
 
   /** A query; throws QueryError at once if the filter, sort or projection is malformed. */
-  query(collection: CollectionRef | string, spec: QuerySpec = {}): QueryRef {
+  query(collection: CollectionRef | CollectionGroupRef | string, spec: QuerySpec = {}): QueryRef {
+    if (collection instanceof CollectionGroupRef) return new QueryRef("", spec, Query.parse(spec), collection.name);
     const path = typeof collection === "string" ? collection : collection.path;
     return new QueryRef(path, spec, Query.parse(spec));
   }
@@ -207,8 +215,8 @@ export class Herald {
   /** Reads a document (from the cache with pending writes when the server is unreachable). */
   get(ref: DocumentRef): Promise<DocumentSnapshot>;
   /** Runs a query once (locally from the cache when the server is unreachable). */
-  get(ref: QueryRef | CollectionRef): Promise<QuerySnapshot>;
-  async get(ref: DocumentRef | QueryRef | CollectionRef): Promise<DocumentSnapshot | QuerySnapshot> {
+  get(ref: QueryRef | CollectionRef | CollectionGroupRef): Promise<QuerySnapshot>;
+  async get(ref: DocumentRef | QueryRef | CollectionRef | CollectionGroupRef): Promise<DocumentSnapshot | QuerySnapshot> {
     await this.ready;
     if (ref instanceof DocumentRef) {
       try {
@@ -223,6 +231,28 @@ export class Herald {
       return this.listens.localDoc(ref.collection, ref.id, ref.path, false);
     }
     const q = ref instanceof QueryRef ? ref : this.query(ref);
+    if (q.group !== undefined) {
+      // The server's answer (cached under each document's collection), or offline the
+      // cached documents of the group's collections; pending writes on top either way.
+      const g = { collection: "", group: q.group, query: q.parsed };
+      try {
+        const body = { ...wireQuery(q), ...this.queue.minSeq() };
+        const r = decodeQueryResult(await this.http.request("POST", "/v1/query", body));
+        for (const d of r.docs) {
+          const path = String(d._path);
+          const i = path.lastIndexOf("/");
+          const { _path: _p, ...stored } = d;
+          this.cache.put(path.slice(0, i), [[path.slice(i + 1), stored]]);
+        }
+        this.cache.noteSeq(r.seq);
+        const view = this.listens.view({ ...g, server: r.docs, seq: r.seq }, false);
+        return snapshot(view.docs, [], { hasPendingWrites: view.pending, fromCache: false }, r.seq);
+      } catch (e) {
+        if (!(e instanceof HeraldError && e.retryable)) throw e;
+      }
+      const view = this.listens.view({ ...g, seq: this.cache.seq }, true);
+      return snapshot(view.docs, [], { hasPendingWrites: view.pending, fromCache: true }, this.cache.seq);
+    }
     let fromCache = false;
     let seq = this.cache.seq;
     try {
@@ -270,8 +300,9 @@ export class Herald {
   }
 
   /** Runs a query on the server with its plan and work (`explain`); no cache, no local view. */
-  explain(ref: QueryRef | CollectionRef): Promise<Explained> {
+  explain(ref: QueryRef | CollectionRef | CollectionGroupRef): Promise<Explained> {
     const q = ref instanceof QueryRef ? ref : this.query(ref);
+    if (q.group !== undefined) return this.admin.explainGroup(q.group, { ...q.spec });
     return this.admin.explain(q.collection, { ...q.spec });
   }
 
@@ -353,7 +384,7 @@ export class Herald {
 
   /** Listens to a query or a document; returns the function that stops listening. */
   onSnapshot(
-    ref: QueryRef | CollectionRef,
+    ref: QueryRef | CollectionRef | CollectionGroupRef,
     next: (s: QuerySnapshot) => void,
     error?: (e: Error) => void,
     options?: ListenOptions,
@@ -365,7 +396,7 @@ export class Herald {
     options?: ListenOptions,
   ): () => void;
   onSnapshot(
-    ref: QueryRef | CollectionRef | DocumentRef,
+    ref: QueryRef | CollectionRef | CollectionGroupRef | DocumentRef,
     next: ((s: QuerySnapshot) => void) | ((s: DocumentSnapshot) => void),
     error?: (e: Error) => void,
     options: ListenOptions = {},

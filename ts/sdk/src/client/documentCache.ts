@@ -47,6 +47,11 @@ export class DocumentCache {
     return this.docs.get(collection);
   }
 
+  /** The collections the cache knows documents of. */
+  collections(): IterableIterator<string> {
+    return this.docs.keys();
+  }
+
   /** Records what is known of one document (undefined: forget it). */
   set(collection: string, id: string, doc: Known): void {
     let c = this.docs.get(collection);

@@ -12,7 +12,7 @@
 // The registry applies what the server says about a subscription (`applyInitial`, ...); when
 // to (re)subscribe and with what `resumeFrom` is the sync loop's business (sync.ts).
 import type { Query } from "../query/query.js";
-import { isObject, type Doc } from "../query/value.js";
+import { compareStrings, isObject, type Doc } from "../query/value.js";
 import type { ChangesMessage, ErrorMessage, InitialMessage, SubscribeMessage } from "../protocol.js";
 import type { DocumentCache } from "./documentCache.js";
 import { HeraldError } from "./errors.js";
@@ -38,7 +38,11 @@ export type ListenQuery = Omit<SubscribeMessage, "op" | "sub" | "resumeFrom">;
 
 export interface Listen {
   readonly sub: string;
+  /** Empty for a collection-group listen (`group`). */
   readonly collection: string;
+  /** A collection-group listen: online only (its window is the server's, without the cache
+   * or pending writes); documents are known by `_path`. */
+  readonly group?: string;
   readonly query: Query;
   readonly wire: ListenQuery;
   /** The server's window as of `seq` (full documents); undefined before the first answer. */
@@ -94,7 +98,8 @@ export class ListenRegistry {
     if (l === undefined) {
       l = {
         sub: `s${this.nextSub++}`,
-        collection: wire.collection,
+        collection: wire.collection ?? "",
+        ...(wire.collectionGroup === undefined ? {} : { group: wire.collectionGroup }),
         query,
         wire,
         seq: 0,
@@ -137,7 +142,8 @@ export class ListenRegistry {
     l.live = true;
     l.resuming = false;
     this.cache.noteSeq(msg.seq);
-    this.cache.put(l.collection, msg.docs.map((d) => [String(d._id), d]));
+    if (l.group === undefined) this.cache.put(l.collection, msg.docs.map((d) => [String(d._id), d]));
+    else for (const d of msg.docs) this.cacheGroupDoc(String(d._path), d);
     this.retire();
     this.emitAll(l);
   }
@@ -152,7 +158,8 @@ export class ListenRegistry {
       if (c.kind !== "remove" && c.newIndex >= 0) list.splice(c.newIndex, 0, c.doc);
       // A document that left the window may have been deleted or only moved out: forget it
       // rather than keep a possibly stale copy.
-      this.cache.set(l.collection, c.id, c.kind === "remove" ? undefined : c.doc);
+      if (l.group === undefined) this.cache.set(l.collection, c.id, c.kind === "remove" ? undefined : c.doc);
+      else this.cacheGroupDoc(c.id, c.kind === "remove" ? undefined : c.doc);
     }
     l.seq = msg.seq;
     l.live = true;
@@ -213,14 +220,27 @@ export class ListenRegistry {
   /** Drops acknowledged mutations every listen has caught up with, and refreshes views. */
   retire(): void {
     const touched = this.queue.retire((collections, seq) =>
-      [...this.listens.values()].some((l) => collections.has(l.collection) && l.seq < seq),
+      [...this.listens.values()].some((l) => covers(l, collections) && l.seq < seq),
     );
     this.refresh(touched);
   }
 
   /** Emits to every listen on one of `collections` (a listener sees only real changes). */
   refresh(collections: Set<string>): void {
-    for (const l of this.listens.values()) if (collections.has(l.collection)) this.emitAll(l);
+    for (const l of this.listens.values()) if (covers(l, collections)) this.emitAll(l);
+  }
+
+  /** A collection-group window's document in the cache, under its own collection (without
+   * `_path`, which is not stored); `undefined`: forget it. */
+  private cacheGroupDoc(path: string, doc: Doc | undefined): void {
+    const i = path.lastIndexOf("/");
+    if (i <= 0) return;
+    let stored: Doc | undefined;
+    if (doc !== undefined) {
+      const { _path: _p, ...rest } = doc;
+      stored = rest;
+    }
+    this.cache.set(path.slice(0, i), path.slice(i + 1), stored);
   }
 
   /** A document from the cache with the pending writes on top. */
@@ -232,7 +252,8 @@ export class ListenRegistry {
 
   /** The documents a view shows now, in order, with the pending flag: over the server's
    * window `server` as of `seq`, or over the cache when `useCache`. */
-  view(l: { collection: string; query: Query; server?: Doc[]; seq: number }, useCache: boolean): View {
+  view(l: { collection: string; group?: string; query: Query; server?: Doc[]; seq: number }, useCache: boolean): View {
+    if (l.group !== undefined) return this.groupView({ ...l, group: l.group }, useCache);
     const touched = this.queue.touchedIds(l.collection, l.seq);
     const cache = this.cache.collection(l.collection);
     const cand = new Map<string, Doc>();
@@ -276,6 +297,62 @@ export class ListenRegistry {
     return { docs, pending };
   }
 
+  /** [`view`] of a collection group: over the server's window (documents by `_path`) or
+   * over the cached documents of every collection of the group, with the pending writes to
+   * those collections on top, in the group's order (the sort, `_id`, then `_path`). */
+  private groupView(l: { group: string; query: Query; server?: Doc[]; seq: number }, useCache: boolean): View {
+    const inGroup = (c: string): boolean => lastSegment(c) === l.group;
+    const cand = new Map<string, Doc>();
+    const fromServer = l.server !== undefined && !useCache;
+    const collections = new Set<string>();
+    for (const c of this.cache.collections()) if (inGroup(c)) collections.add(c);
+    for (const c of this.queue.touchedCollections(l.seq)) if (inGroup(c)) collections.add(c);
+    if (fromServer) for (const d of l.server ?? []) cand.set(String(d._path), d);
+    else
+      for (const c of collections)
+        for (const [id, d] of this.cache.collection(c) ?? []) if (d !== null) cand.set(`${c}/${id}`, withPath(d, c, id));
+    let pending = false;
+    const touchedPaths = new Set<string>();
+    for (const c of collections) {
+      for (const id of this.queue.touchedIds(c, l.seq)) {
+        const path = `${c}/${id}`;
+        touchedPaths.add(path);
+        const base: Known = cand.get(path) ?? this.cache.get(c, id);
+        const o = this.queue.overlay(c, id, base, l.seq);
+        if (cand.has(path) && fromServer) pending = true;
+        if (isObject(o.doc)) cand.set(path, withPath(o.doc, c, id));
+        else if (o.doc === null) cand.delete(path);
+      }
+    }
+    const q = l.query;
+    const idDesc = q.sort.keys.find((k) => k.path.dotted === "_id")?.desc === true;
+    const order = (a: Doc, b: Doc): number => {
+      const o = q.sort.compare(a, b);
+      if (o !== 0) return o;
+      const p = compareStrings(String(a._path), String(b._path));
+      return idDesc ? -p : p;
+    };
+    let list = [...cand.values()].filter((d) => q.filter.matches(d)).sort(order);
+    if (fromServer) {
+      // As for a collection: the server applied skip and limit; local writes only reorder,
+      // add or drop within the window.
+      const first = l.server?.[0];
+      if (q.skip > 0 && first !== undefined) {
+        const known = new Set(l.server?.map((d) => String(d._path)));
+        list = list.filter((d) => known.has(String(d._path)) || order(d, first) >= 0);
+      }
+    } else list = list.slice(q.skip);
+    if (q.limit > 0) list = list.slice(0, q.limit);
+    const docs = list.map((d): DocumentSnapshot => {
+      const path = String(d._path);
+      const p = touchedPaths.has(path);
+      if (p) pending = true;
+      const data = (q.projection.isAll() ? d : { ...(q.projection.apply(d) as Doc), _path: path }) as Doc;
+      return { id: String(d._id), path, exists: true, data, metadata: { hasPendingWrites: p, fromCache: false } };
+    });
+    return { docs, pending };
+  }
+
   private emitAll(l: Listen): void {
     for (const x of l.listeners) this.emit(l, x);
   }
@@ -301,6 +378,23 @@ export class ListenRegistry {
       x.error?.(e as Error);
     }
   }
+}
+
+/** The last segment of a collection path: the collection group it belongs to. */
+function lastSegment(collection: string): string {
+  return collection.slice(collection.lastIndexOf("/") + 1);
+}
+
+/** Whether a listen reads one of `collections` (a group listen: one of its group). */
+function covers(l: Listen, collections: Set<string>): boolean {
+  if (l.group === undefined) return collections.has(l.collection);
+  for (const c of collections) if (lastSegment(c) === l.group) return true;
+  return false;
+}
+
+/** A stored document as a group view holds it: with `_path`, its full path. */
+function withPath(d: Doc, collection: string, id: string): Doc {
+  return { ...d, _path: `${collection}/${id}` };
 }
 
 export function snapshot(

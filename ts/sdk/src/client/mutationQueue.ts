@@ -154,7 +154,17 @@ export class MutationQueue {
     return { doc, touched };
   }
 
-  /** Ids of a collection that queued writes a view at `seq` has not seen touch. */
+  /** The collections that queued writes a view at `seq` has not seen touch. */
+  touchedCollections(seq: number): Set<string> {
+    const out = new Set<string>();
+    for (const p of this.pending) {
+      if (p.ackedSeq !== undefined && p.ackedSeq <= seq) continue;
+      for (const c of p.collections) out.add(c);
+    }
+    return out;
+  }
+
+  /** The ids of `collection` that queued writes a view at `seq` has not seen touch. */
   touchedIds(collection: string, seq: number): Set<string> {
     const ids = new Set<string>();
     for (const p of this.pending) {

@@ -10,6 +10,14 @@ export class CollectionRef {
   constructor(readonly path: string) {}
 }
 
+/** Every collection whose last path segment is `name`, at any depth (`messages`,
+ * `rooms/r1/messages`, ...): queried and listened to on the server only (no local cache or
+ * offline evaluation); each document carries `_path`, its full path. */
+export class CollectionGroupRef {
+  readonly kind = "collectionGroup";
+  constructor(readonly name: string) {}
+}
+
 export class DocumentRef {
   readonly kind = "document";
   constructor(
@@ -24,10 +32,13 @@ export class DocumentRef {
 export class QueryRef {
   readonly kind = "query";
   constructor(
+    /** Empty for a collection-group query. */
     readonly collection: string,
     readonly spec: QuerySpec,
     /** Parsed once; a bad query fails when it is built. */
     readonly parsed: Query,
+    /** The collection group queried instead of `collection`. */
+    readonly group?: string,
   ) {}
 }
 
@@ -42,6 +53,7 @@ export type Write =
  * local engine needs them); the projection is applied locally. */
 export function wireQuery(q: QueryRef): ListenQuery {
   const { projection: _p, ...rest } = q.spec;
+  if (q.group !== undefined) return { collectionGroup: q.group, ...rest };
   return { collection: q.collection, ...rest };
 }
 

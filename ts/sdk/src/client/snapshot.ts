@@ -47,7 +47,7 @@ export interface QuerySnapshot {
 }
 
 /**
- * Edits from `prev` to `next` (both in result order, unique ids), fewest moves first: the
+ * Edits from `prev` to `next` (both in result order, unique paths), fewest moves first: the
  * documents on a longest run that kept its relative order stay; every other document that
  * survives moves. Indexes are sequential, as Firestore's and the server's are: each edit's
  * oldIndex and newIndex hold after the edits before it, so applying them in order (remove at
@@ -55,29 +55,29 @@ export interface QuerySnapshot {
  */
 export function diffDocs(prev: readonly DocumentSnapshot[], next: readonly DocumentSnapshot[]): DocumentChange[] {
   const out: DocumentChange[] = [];
-  const nextIds = new Set(next.map((d) => d.id));
+  const nextPaths = new Set(next.map((d) => d.path));
   const work: DocumentSnapshot[] = [];
   let removed = 0;
   prev.forEach((d, i) => {
-    if (nextIds.has(d.id)) work.push(d);
+    if (nextPaths.has(d.path)) work.push(d);
     else out.push({ type: "removed", kind: "remove", doc: d, oldIndex: i - removed++, newIndex: -1 });
   });
-  const text = new Map(prev.map((d) => [d.id, stringifyLossless(d.data)]));
-  const pos = new Map(work.map((d, i) => [d.id, i]));
-  const stay = longestIncreasing(next.filter((d) => pos.has(d.id)).map((d) => pos.get(d.id) as number));
-  const stays = new Set([...stay].map((i) => work[i].id));
+  const text = new Map(prev.map((d) => [d.path, stringifyLossless(d.data)]));
+  const pos = new Map(work.map((d, i) => [d.path, i]));
+  const stay = longestIncreasing(next.filter((d) => pos.has(d.path)).map((d) => pos.get(d.path) as number));
+  const stays = new Set([...stay].map((i) => work[i].path));
   next.forEach((d, k) => {
-    const at = k === 0 ? 0 : work.findIndex((w) => w.id === next[k - 1].id) + 1;
-    const j = work.findIndex((w) => w.id === d.id);
+    const at = k === 0 ? 0 : work.findIndex((w) => w.path === next[k - 1].path) + 1;
+    const j = work.findIndex((w) => w.path === d.path);
     if (j < 0) {
       work.splice(at, 0, d);
       out.push({ type: "added", kind: "add", doc: d, oldIndex: -1, newIndex: at });
-    } else if (!stays.has(d.id)) {
+    } else if (!stays.has(d.path)) {
       work.splice(j, 1);
-      const to = k === 0 ? 0 : work.findIndex((w) => w.id === next[k - 1].id) + 1;
+      const to = k === 0 ? 0 : work.findIndex((w) => w.path === next[k - 1].path) + 1;
       work.splice(to, 0, d);
       out.push({ type: "modified", kind: "changeIndex", doc: d, oldIndex: j, newIndex: to });
-    } else if (text.get(d.id) !== stringifyLossless(d.data)) {
+    } else if (text.get(d.path) !== stringifyLossless(d.data)) {
       work[j] = d;
       out.push({ type: "modified", kind: "change", doc: d, oldIndex: j, newIndex: j });
     }

@@ -2,38 +2,50 @@
 //! the changes of one write partition of a commit.
 
 use super::write_partition;
+use crate::layout::scope_group;
 use crate::live::feed::Commit;
 use crate::live::matcher::{Matcher, ViewId};
+use crate::names::group_of;
 use herald_query::Filter;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-/// The views of one query partition: per collection the predicate index over them, and each
-/// view's filter for the exact check of its candidates.
+/// The views of one query partition: per collection the predicate index over them, per
+/// collection group (views registered under `*/group`, see `layout::group_scope`) another, and
+/// each view's filter for the exact check of its candidates. A change is matched against its
+/// collection's views and its group's (the last segment of its collection), so a group view
+/// also sees collections created after it was added.
 #[derive(Default)]
 pub struct CellMatcher {
     matchers: HashMap<String, Matcher>,
+    groups: HashMap<String, Matcher>,
     views: HashMap<ViewId, (String, Arc<Filter>)>,
 }
 
 impl CellMatcher {
-    pub fn add(&mut self, id: ViewId, collection: &str, filter: Arc<Filter>) {
+    /// Adds view `id` of `scope`: a collection path, or `*/group` for a collection group.
+    pub fn add(&mut self, id: ViewId, scope: &str, filter: Arc<Filter>) {
         self.remove(id);
-        self.matchers
-            .entry(collection.to_string())
-            .or_default()
-            .add(id, &filter);
-        self.views.insert(id, (collection.to_string(), filter));
+        let (map, key) = match scope_group(scope) {
+            Some(g) => (&mut self.groups, g),
+            None => (&mut self.matchers, scope),
+        };
+        map.entry(key.to_string()).or_default().add(id, &filter);
+        self.views.insert(id, (scope.to_string(), filter));
     }
 
     pub fn remove(&mut self, id: ViewId) {
-        let Some((collection, _)) = self.views.remove(&id) else {
+        let Some((scope, _)) = self.views.remove(&id) else {
             return;
         };
-        if let Some(m) = self.matchers.get_mut(&collection) {
+        let (map, key) = match scope_group(&scope) {
+            Some(g) => (&mut self.groups, g),
+            None => (&mut self.matchers, scope.as_str()),
+        };
+        if let Some(m) = map.get_mut(key) {
             m.remove(id);
             if m.is_empty() {
-                self.matchers.remove(&collection);
+                map.remove(key);
             }
         }
     }
@@ -59,18 +71,25 @@ impl CellMatcher {
         let mut out: HashMap<ViewId, Vec<u32>> = HashMap::new();
         let mut cand = HashSet::new();
         for (i, ch) in commit.changes.iter().enumerate() {
-            let Some(m) = self.matchers.get(&ch.collection) else {
-                continue;
+            let own = self.matchers.get(&ch.collection);
+            let group = match self.groups.is_empty() {
+                true => None,
+                false => self.groups.get(group_of(&ch.collection)),
             };
+            if own.is_none() && group.is_none() {
+                continue;
+            }
             if parts > 1 && write_partition(&ch.collection, &ch.id, parts) != part {
                 continue;
             }
             cand.clear();
-            for image in [&ch.before, &ch.after].into_iter().flatten() {
-                m.probe(image, &mut cand);
+            for m in own.into_iter().chain(group) {
+                for image in [&ch.before, &ch.after].into_iter().flatten() {
+                    m.probe(image, &mut cand);
+                }
             }
-            let scanned = m.scanned();
-            for id in cand.iter().chain(scanned.iter()) {
+            let scanned = own.into_iter().chain(group).flat_map(|m| m.scanned());
+            for id in cand.iter().chain(scanned) {
                 if only.is_some_and(|o| !o.contains(id)) {
                     continue;
                 }
@@ -146,5 +165,29 @@ mod tests {
         cell.remove(2);
         cell.remove(3);
         assert!(cell.is_empty() && cell.matchers.is_empty());
+    }
+
+    /// A group view (`*/m`) sees the changes of every collection whose last segment is `m`,
+    /// at any depth, and no other.
+    #[test]
+    fn a_group_view_matches_every_collection_of_its_group() {
+        let mut cell = CellMatcher::default();
+        cell.add(1, "*/m", Arc::new(Filter::parse(&json!({"a": 1})).unwrap()));
+        cell.add(2, "r/x/m", Arc::new(Filter::parse(&json!({})).unwrap()));
+        let at = |c: &str| Change {
+            collection: c.into(),
+            ..change("d", None, Some(json!({"a": 1})))
+        };
+        let commit = Commit {
+            seq: 1,
+            changes: vec![at("m"), at("r/x/m"), at("a/b/c/d/m"), at("mm"), at("m/x/n")],
+            bytes: 0,
+        };
+        let mut all = cell.match_commit(&commit, 0, 1, None);
+        all.sort();
+        assert_eq!(all, vec![(1, vec![0, 1, 2]), (2, vec![1])]);
+        cell.remove(1);
+        cell.remove(2);
+        assert!(cell.is_empty() && cell.groups.is_empty());
     }
 }

@@ -19,7 +19,9 @@
 //! (`query::restrict`), so they see only readable documents; when the rules change, end-user
 //! connections close (their clients reconnect and subscribe under the new rules). A live
 //! aggregation (`pipeline` instead of the query members) has the rule ANDed into its head
-//! `$match` the same way, before anything is aggregated (`pipeline_subscription`).
+//! `$match` the same way, before anything is aggregated (`pipeline_subscription`). A
+//! collection-group subscription has each collection's rule ANDed in for that collection's
+//! documents (`query::UserRestrict`, `start_group_subscription`).
 
 pub mod conn;
 pub mod session;
@@ -108,9 +110,56 @@ fn resumable(
     Some(r)
 }
 
+/// Why a live aggregation over a collection group is refused.
+pub(crate) const GROUP_PIPELINE: &str = "live aggregations over a collection group are not \
+     supported: subscribe to the group's query, or aggregate it with POST /v1/aggregate";
+
+/// Hands a collection-group subscription to the engine: an end user's read rule is ANDed in
+/// per collection (`query::UserRestrict`), and such a view is shared only by subscriptions of
+/// the same user under the same rules.
+pub(crate) fn start_group_subscription(
+    st: &AppState,
+    principal: &Principal,
+    group: String,
+    parts: QueryParts,
+    sub: String,
+    resume_from: Option<u64>,
+    sink: std::sync::Arc<dyn herald_db::live::Sink>,
+) -> Result<(), ApiError> {
+    herald_db::check_group(&group)?;
+    let (query, key) = subscription_key(&format!("*/{group}"), &parts)?;
+    let (restrict, key) = match principal.user() {
+        Some(user) => {
+            let r =
+                crate::api::query::UserRestrict::new(st, user, parts.filter.clone(), query.clone());
+            let who = format!("{key}\nrules {} user {:?}", st.auth.rules_seq(), user.ctx);
+            (
+                Some(std::sync::Arc::new(r) as std::sync::Arc<dyn herald_db::Restrict>),
+                who,
+            )
+        }
+        None => (None, key),
+    };
+    let req = herald_db::live::SubscribeRequest {
+        sub,
+        collection: String::new(),
+        query,
+        key,
+        resume_from,
+        sink,
+    };
+    Ok(st.live.subscribe_group(&group, req, restrict)?)
+}
+
 /// A subscription's query, and its sharing key (equal keys share one engine view).
 fn subscription(collection: &str, parts: &QueryParts) -> Result<(Query, String), ApiError> {
     herald_db::check_collection(collection)?;
+    subscription_key(collection, parts)
+}
+
+/// The query and sharing key of a subscription to `scope` (a collection, or `*/group`).
+fn subscription_key(scope: &str, parts: &QueryParts) -> Result<(Query, String), ApiError> {
+    let collection = scope;
     let query = crate::api::query::query_of(parts)?;
     let get = crate::api::query::or_null;
     let key = format!(

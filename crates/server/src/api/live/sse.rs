@@ -9,8 +9,8 @@ use crate::api::error::ApiError;
 use crate::api::live::conn::{encode, Conn};
 use crate::api::live::session::reached;
 use crate::api::live::{
-    check_origin, pipeline_subscription, reset, resumable, subscription, token_expired, HEARTBEAT,
-    SLOW_CONSUMER,
+    check_origin, pipeline_subscription, reset, resumable, start_group_subscription, subscription,
+    token_expired, GROUP_PIPELINE, HEARTBEAT, SLOW_CONSUMER,
 };
 use crate::auth::Principal;
 use crate::state::AppState;
@@ -91,11 +91,30 @@ pub async fn sse(
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    let Some(collection) = params.collection.clone() else {
-        return ApiError::new(ErrorCode::BadRequest, "a subscription needs 'collection'")
-            .into_response();
+    let group = params.collection_group.clone();
+    let collection = match (params.collection.clone(), &group) {
+        (Some(_), Some(_)) => {
+            return ApiError::new(
+                ErrorCode::BadQuery,
+                "give 'collection' or 'collectionGroup', not both",
+            )
+            .into_response()
+        }
+        (Some(c), None) => c,
+        (None, Some(_)) if pipeline.is_some() => {
+            return ApiError::new(ErrorCode::BadQuery, GROUP_PIPELINE).into_response()
+        }
+        (None, Some(_)) => String::new(),
+        (None, None) => {
+            return ApiError::new(
+                ErrorCode::BadRequest,
+                "a subscription needs 'collection' or 'collectionGroup'",
+            )
+            .into_response()
+        }
     };
     let (query, plan, key) = match pipeline {
+        _ if group.is_some() => (herald_query::Query::default(), None, String::new()),
         Some(stages) => match pipeline_subscription(&st, &principal, &collection, &parts, stages) {
             Ok((head, plan, key)) => (head, Some(plan), key),
             Err(e) => return e.into_response(),
@@ -127,20 +146,34 @@ pub async fn sse(
     let resume_from = header_resume.or(param_resume);
     let conn = Conn::new(&st);
     let resume_from = resumable(&st, &principal, resume_from, SUB, &conn.sink);
-    let req = SubscribeRequest {
-        sub: SUB.into(),
-        collection,
-        query,
-        key,
-        resume_from,
-        sink: conn.sink.clone(),
-    };
-    let subscribed = match plan {
-        Some(plan) => st.live.subscribe_pipeline(req, plan),
-        None => st.live.subscribe(req),
+    let subscribed = match group {
+        Some(g) => start_group_subscription(
+            &st,
+            &principal,
+            g,
+            parts,
+            SUB.into(),
+            resume_from,
+            conn.sink.clone(),
+        ),
+        None => {
+            let req = SubscribeRequest {
+                sub: SUB.into(),
+                collection,
+                query,
+                key,
+                resume_from,
+                sink: conn.sink.clone(),
+            };
+            match plan {
+                Some(plan) => st.live.subscribe_pipeline(req, plan),
+                None => st.live.subscribe(req),
+            }
+            .map_err(ApiError::from)
+        }
     };
     if let Err(e) = subscribed {
-        return ApiError::from(e).into_response();
+        return e.into_response();
     }
     let live = st.live.clone();
     let guard = DisconnectOnDrop {

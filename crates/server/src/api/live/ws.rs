@@ -506,6 +506,7 @@ fn subscribe(
     mut s: Subscribe,
 ) -> Option<ServerMessage<'static>> {
     let pipeline = s.pipeline.take();
+    let group = s.collection_group.take();
     let (sub, collection, mut parts, resume_from) = s.into_parts();
     let fail = |e: ApiError| Some(error_msg(Some(&sub), &e));
     if subs.contains(&sub) {
@@ -519,6 +520,28 @@ fn subscribe(
             ErrorCode::LimitExceeded,
             format!("at most {SUBS_PER_CONN_MAX} subscriptions per connection"),
         ));
+    }
+    if let Some(group) = group {
+        if pipeline.is_some() {
+            return fail(ApiError::new(ErrorCode::BadQuery, super::GROUP_PIPELINE));
+        }
+        let resume_from = resumable(st, principal, resume_from, &sub, &conn.sink);
+        let sink = conn.sink.clone();
+        return match super::start_group_subscription(
+            st,
+            principal,
+            group,
+            parts,
+            sub.clone(),
+            resume_from,
+            sink,
+        ) {
+            Ok(()) => {
+                subs.insert(sub);
+                None
+            }
+            Err(e) => fail(e),
+        };
     }
     let plan = match pipeline {
         Some(stages) => match pipeline_subscription(st, principal, &collection, &parts, stages) {

@@ -300,11 +300,15 @@ async fn bad_document_paths_are_rejected() {
         .await
         .err(400, "bad_path");
     }
-    for coll in ["c/x", "", "c/../d", "__c"] {
+    for coll in ["c/x", "c/../d", "__c", "rooms/*/messages"] {
         s.json(Method::POST, "/v1/query", &json!({ "collection": coll }))
             .await
             .err(400, "bad_path");
     }
+    // An empty collection is no collection: the query needs one of its two scopes.
+    s.json(Method::POST, "/v1/query", &json!({ "collection": "" }))
+        .await
+        .err(400, "bad_query");
     s.assert_unchanged(&before).await;
 
     // Raw request targets with '.' and '..' segments: a URL library would resolve these
@@ -531,7 +535,7 @@ async fn wrong_member_types_are_rejected() {
     }
     s.json(Method::POST, "/v1/query", &json!({"filter": {}}))
         .await
-        .err(400, "bad_request");
+        .err(400, "bad_query");
     s.json(Method::POST, "/v1/query", &json!({"collection": 5}))
         .await
         .err(400, "bad_request");

@@ -3,6 +3,7 @@
 //! renewal and expiry (`live.rs`), live aggregations (`live_agg.rs`), and the attack list of docs/security.md (`attacks.rs`).
 
 mod attacks;
+mod groups;
 mod http;
 mod live;
 mod live_agg;
