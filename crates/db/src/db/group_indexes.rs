@@ -4,18 +4,18 @@
 //! existed before, collection by collection, in bounded chunks, then marked ready.
 
 use super::collections::skip_scan;
-use super::{Db, BUILD_CHUNK_DOCS, COMPOSITE_INDEXES_MAX};
-use crate::catalog::{CompositeIndex, IndexField, IndexState};
+use super::indexes::{add_declared, declared};
+use super::{Db, BUILD_CHUNK_DOCS};
+use crate::catalog::{CompositeIndex, IndexState};
 use crate::error::DbError;
 use crate::indexer::{group_entries, group_index_name};
 use crate::layout::{
     collection_prefix, decode_doc, doc_key, group_scope, group_suffix, index_entry_id,
     index_prefix, index_value, prefix_end, split_group_suffix,
 };
-use crate::names::{check_group, check_segment, group_of};
+use crate::names::{check_group, group_of};
 use herald_query::Direction;
 use herald_storage::{Table, WriteTxn};
-use herald_value::FieldPath;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -32,43 +32,12 @@ impl Db {
         fields: Vec<(String, Direction)>,
     ) -> Result<CompositeIndex, DbError> {
         check_group(group)?;
-        check_segment(name, "index name")?;
         // One field is allowed here: a group has no automatic single-field index, and
         // `(ts desc)` alone serves "the newest N across the group".
-        if fields.is_empty() || fields.len() > 8 {
-            return Err(DbError::BadIndex(
-                "a collection-group index has 1 to 8 fields".into(),
-            ));
-        }
-        for (p, _) in &fields {
-            FieldPath::parse(p).map_err(|e| DbError::BadIndex(e.to_string()))?;
-            if p == "_id" {
-                return Err(DbError::BadIndex(
-                    "_id cannot be part of a composite index".into(),
-                ));
-            }
-        }
-        let index = CompositeIndex {
-            name: name.to_string(),
-            fields: fields
-                .into_iter()
-                .map(|(path, direction)| IndexField { path, direction })
-                .collect(),
-            state: IndexState::Building,
-        };
+        let index = declared(name, fields, 1, "a collection-group index")?;
         let (g, idx) = (group.to_string(), index.clone());
         self.catalog_job(move |cat| {
-            let list = cat.groups.entry(g).or_default();
-            if list.iter().any(|c| c.name == idx.name) {
-                return Err(DbError::IndexExists(idx.name.clone()));
-            }
-            if list.len() >= COMPOSITE_INDEXES_MAX {
-                return Err(DbError::LimitExceeded(format!(
-                    "at most {COMPOSITE_INDEXES_MAX} composite indexes per collection group"
-                )));
-            }
-            list.push(idx);
-            Ok(())
+            add_declared(cat.groups.entry(g).or_default(), idx, "collection group")
         })?;
         self.spawn_build(group_scope(group), group_index_name(name));
         Ok(index)

@@ -20,6 +20,57 @@ use std::time::Duration;
 /// How long an index build that met a full disk waits before it tries again.
 const BUILD_FULL_RETRY: Duration = Duration::from_secs(1);
 
+/// A composite index as declared (building): its name checked, 1 or 2 (`min_fields`) to 8 field
+/// paths, none of them `_id`. Shared by collection and collection-group indexes.
+pub(super) fn declared(
+    name: &str,
+    fields: Vec<(String, Direction)>,
+    min_fields: usize,
+    what: &str,
+) -> Result<CompositeIndex, DbError> {
+    check_segment(name, "index name")?;
+    if fields.len() < min_fields || fields.len() > 8 {
+        return Err(DbError::BadIndex(format!(
+            "{what} has {min_fields} to 8 fields"
+        )));
+    }
+    for (p, _) in &fields {
+        FieldPath::parse(p).map_err(|e| DbError::BadIndex(e.to_string()))?;
+        if p == "_id" {
+            return Err(DbError::BadIndex(
+                "_id cannot be part of a composite index".into(),
+            ));
+        }
+    }
+    Ok(CompositeIndex {
+        name: name.to_string(),
+        fields: fields
+            .into_iter()
+            .map(|(path, direction)| IndexField { path, direction })
+            .collect(),
+        state: IndexState::Building,
+    })
+}
+
+/// Adds a declared index to a scope's list (a collection's or a group's), unless the name is
+/// taken or the list is full.
+pub(super) fn add_declared(
+    list: &mut Vec<CompositeIndex>,
+    idx: CompositeIndex,
+    scope: &str,
+) -> Result<(), DbError> {
+    if list.iter().any(|c| c.name == idx.name) {
+        return Err(DbError::IndexExists(idx.name));
+    }
+    if list.len() >= COMPOSITE_INDEXES_MAX {
+        return Err(DbError::LimitExceeded(format!(
+            "at most {COMPOSITE_INDEXES_MAX} composite indexes per {scope}"
+        )));
+    }
+    list.push(idx);
+    Ok(())
+}
+
 impl Db {
     /// Declares a composite index; it is filled in the background and used once ready.
     /// Returns the index as declared (building).
@@ -30,41 +81,11 @@ impl Db {
         fields: Vec<(String, Direction)>,
     ) -> Result<CompositeIndex, DbError> {
         check_collection(collection)?;
-        check_segment(name, "index name")?;
-        if fields.len() < 2 || fields.len() > 8 {
-            return Err(DbError::BadIndex(
-                "a composite index has 2 to 8 fields".into(),
-            ));
-        }
-        for (p, _) in &fields {
-            FieldPath::parse(p).map_err(|e| DbError::BadIndex(e.to_string()))?;
-            if p == "_id" {
-                return Err(DbError::BadIndex(
-                    "_id cannot be part of a composite index".into(),
-                ));
-            }
-        }
-        let index = CompositeIndex {
-            name: name.to_string(),
-            fields: fields
-                .into_iter()
-                .map(|(path, direction)| IndexField { path, direction })
-                .collect(),
-            state: IndexState::Building,
-        };
+        let index = declared(name, fields, 2, "a composite index")?;
         let (coll, idx) = (collection.to_string(), index.clone());
         let declared = self.catalog_job(move |cat| {
             let cc = cat.collections.entry(coll).or_default();
-            if cc.composites.iter().any(|c| c.name == idx.name) {
-                return Err(DbError::IndexExists(idx.name.clone()));
-            }
-            if cc.composites.len() >= COMPOSITE_INDEXES_MAX {
-                return Err(DbError::LimitExceeded(format!(
-                    "at most {COMPOSITE_INDEXES_MAX} composite indexes per collection"
-                )));
-            }
-            cc.composites.push(idx);
-            Ok(())
+            add_declared(&mut cc.composites, idx, "collection")
         });
         if let Err(e) = declared {
             // A catalog change is in memory from when its job ran, before the batch was logged
