@@ -200,50 +200,24 @@ impl Db {
     /// Deletes the entries under a group index's `prefix` that the documents they name would
     /// not have now (all of them once the index is dropped).
     fn drop_stale_group_entries(&self, prefix: &[u8]) -> Result<(), DbError> {
-        let end = prefix_end(prefix);
-        let mut cursor = prefix.to_vec();
-        loop {
-            let inner = Arc::clone(&self.inner);
-            let (start, end) = (cursor.clone(), end.clone());
-            let next = self
-                .inner
-                .store
-                .submit_background(move |txn: &mut WriteTxn<'_>| {
-                    let mut batch = Vec::new();
-                    for entry in txn
-                        .range(Table::Index, start.as_slice()..end.as_slice())?
-                        .take(BUILD_CHUNK_DOCS)
-                    {
-                        batch.push(entry?);
+        self.sweep_index(prefix, |txn, cat, batch| {
+            for (key, value) in batch {
+                let suffix = index_entry_id(key, value)?;
+                let (coll, id) = split_group_suffix(suffix)?;
+                let groups = cat.groups.get(group_of(coll));
+                let current = match (txn.get(Table::Docs, &doc_key(coll, id))?, groups) {
+                    (Some(raw), Some(groups)) => {
+                        let (_, doc) = decode_doc(&raw)?;
+                        group_entries(coll, id, &doc, groups, cat.key_string_limit())
+                            .is_ok_and(|e| e.keys.contains(key))
                     }
-                    let cat = inner.catalog.read().expect("catalog lock").clone();
-                    for (key, value) in &batch {
-                        let suffix = index_entry_id(key, value)?;
-                        let (coll, id) = split_group_suffix(suffix)?;
-                        let groups = cat.groups.get(group_of(coll));
-                        let current = match (txn.get(Table::Docs, &doc_key(coll, id))?, groups) {
-                            (Some(raw), Some(groups)) => {
-                                let (_, doc) = decode_doc(&raw)?;
-                                group_entries(coll, id, &doc, groups, cat.key_string_limit())
-                                    .is_ok_and(|e| e.keys.contains(key))
-                            }
-                            _ => false,
-                        };
-                        if !current {
-                            txn.delete(Table::Index, key.clone());
-                        }
-                    }
-                    Ok::<_, DbError>(batch.last().map(|(k, _)| {
-                        let mut n = k.clone();
-                        n.push(0);
-                        n
-                    }))
-                })?
-                .wait()?;
-            match next {
-                Some(n) => cursor = n,
-                None => return Ok(()),
+                    _ => false,
+                };
+                if !current {
+                    txn.delete(Table::Index, key.clone());
+                }
             }
-        }
+            Ok(())
+        })
     }
 }

@@ -340,11 +340,45 @@ impl Db {
     /// a rebuilt index must not keep them, or a document changed meanwhile is found under its
     /// old value too. Never deletes a current entry, so writes and other builds may run along.
     fn drop_stale_entries(&self, collection: &str, prefix: &[u8]) -> Result<(), DbError> {
+        let coll = collection.to_string();
+        self.sweep_index(prefix, move |txn, cat, batch| {
+            let mut cc = cat.collection(&coll).cloned().unwrap_or_default();
+            cc.building_fields.clear();
+            for (key, value) in batch {
+                let id = index_entry_id(key, value)?;
+                let current = match txn.get(Table::Docs, &doc_key(&coll, id))? {
+                    Some(raw) => {
+                        let (_, doc) = decode_doc(&raw)?;
+                        entries(&coll, id, &doc, Some(&cc), cat.key_string_limit())
+                            .is_ok_and(|e| e.keys.contains(key))
+                    }
+                    None => false,
+                };
+                if !current {
+                    txn.delete(Table::Index, key.clone());
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Walks the index entries under `prefix` in background jobs of at most
+    /// [`BUILD_CHUNK_DOCS`] entries each; `sweep` gets every chunk, with the catalog as of its
+    /// job, and deletes what it finds stale. Shared by collection and collection-group indexes.
+    pub(super) fn sweep_index<F>(&self, prefix: &[u8], sweep: F) -> Result<(), DbError>
+    where
+        F: Fn(&mut WriteTxn<'_>, &Catalog, &[(Vec<u8>, Vec<u8>)]) -> Result<(), DbError>
+            + Send
+            + Sync
+            + 'static,
+    {
         let end = crate::layout::prefix_end(prefix);
+        let sweep = Arc::new(sweep);
         let mut cursor = prefix.to_vec();
         loop {
             let inner = Arc::clone(&self.inner);
-            let (coll, start, end) = (collection.to_string(), cursor.clone(), end.clone());
+            let sweep = Arc::clone(&sweep);
+            let (start, end) = (cursor.clone(), end.clone());
             let next = self
                 .inner
                 .store
@@ -357,22 +391,7 @@ impl Db {
                         batch.push(entry?);
                     }
                     let cat = inner.catalog.read().expect("catalog lock").clone();
-                    let mut cc = cat.collection(&coll).cloned().unwrap_or_default();
-                    cc.building_fields.clear();
-                    for (key, value) in &batch {
-                        let id = index_entry_id(key, value)?;
-                        let current = match txn.get(Table::Docs, &doc_key(&coll, id))? {
-                            Some(raw) => {
-                                let (_, doc) = decode_doc(&raw)?;
-                                entries(&coll, id, &doc, Some(&cc), cat.key_string_limit())
-                                    .is_ok_and(|e| e.keys.contains(key))
-                            }
-                            None => false,
-                        };
-                        if !current {
-                            txn.delete(Table::Index, key.clone());
-                        }
-                    }
+                    sweep(txn, &cat, &batch)?;
                     Ok::<_, DbError>(batch.last().map(|(k, _)| {
                         let mut n = k.clone();
                         n.push(0);
