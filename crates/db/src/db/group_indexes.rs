@@ -4,7 +4,7 @@
 //! existed before, collection by collection, in bounded chunks, then marked ready.
 
 use super::collections::skip_scan;
-use super::indexes::{add_declared, declared};
+use super::indexes::{add_declared, declared, remove_declared};
 use super::{Db, BUILD_CHUNK_DOCS};
 use crate::catalog::{CompositeIndex, IndexState};
 use crate::error::DbError;
@@ -52,11 +52,7 @@ impl Db {
                 .groups
                 .get_mut(&g)
                 .ok_or_else(|| DbError::IndexNotFound(n.clone()))?;
-            let before = list.len();
-            list.retain(|c| c.name != n);
-            if list.len() == before {
-                return Err(DbError::IndexNotFound(n));
-            }
+            remove_declared(list, n)?;
             if list.is_empty() {
                 cat.groups.remove(&g);
             }

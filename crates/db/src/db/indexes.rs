@@ -71,6 +71,16 @@ pub(super) fn add_declared(
     Ok(())
 }
 
+/// Removes a declared index from a scope's list by name (`IndexNotFound` when absent).
+pub(super) fn remove_declared(list: &mut Vec<CompositeIndex>, name: String) -> Result<(), DbError> {
+    let before = list.len();
+    list.retain(|c| c.name != name);
+    if list.len() == before {
+        return Err(DbError::IndexNotFound(name));
+    }
+    Ok(())
+}
+
 impl Db {
     /// Declares a composite index; it is filled in the background and used once ready.
     /// Returns the index as declared (building).
@@ -116,12 +126,7 @@ impl Db {
                 .collections
                 .get_mut(&coll)
                 .ok_or_else(|| DbError::IndexNotFound(n.clone()))?;
-            let before = cc.composites.len();
-            cc.composites.retain(|c| c.name != n);
-            if cc.composites.len() == before {
-                return Err(DbError::IndexNotFound(n));
-            }
-            Ok(())
+            remove_declared(&mut cc.composites, n)
         })?;
         // Entries of a dropped index are garbage; remove them in the background. Only those
         // no index has (not a plain delete of the prefix): an index created again under the
