@@ -12,10 +12,16 @@
 //! `startAt` keeps the documents at or after the cursor, `startAfter` those strictly after every
 //! document equal to it on the cursor's keys, `endAt` those at or before, `endBefore` those
 //! strictly before. Skip and limit apply after the cursors.
+//!
+//! A collection-group query's order ends with `_path` after `_id` (ids repeat across
+//! collections, [`Sort::for_group`]), so its cursors are parsed against that order
+//! ([`Cursors::parse_group`]) and may name a `_path` after the `_id`, which makes every position
+//! in a group's result reachable. Each collection of the group answers a superset of a group
+//! cursor, [`Cursors::relaxed_to`] (the `_path` value dropped, the bound inclusive).
 
 use crate::error::QueryError;
-use crate::limits::CURSOR_ID_BYTES_MAX;
-use crate::sort::Sort;
+use crate::limits::{CURSOR_ID_BYTES_MAX, CURSOR_PATH_BYTES_MAX};
+use crate::sort::{Sort, PATH_MEMBER};
 use crate::sortkey::KeyValue;
 use herald_value::Value;
 use std::cmp::Ordering;
@@ -49,6 +55,32 @@ impl Cursors {
             start: one_of(sort, ("startAt", start_at), ("startAfter", start_after))?,
             end: one_of(sort, ("endAt", end_at), ("endBefore", end_before))?,
         })
+    }
+
+    /// Parses the cursors of a collection-group query: against the group's order (`sort`, then
+    /// `_path` in the direction of `_id`), so a cursor may end with a document's full path.
+    pub fn parse_group(sort: &Sort, members: [&Value; 4]) -> Result<Cursors, QueryError> {
+        Cursors::parse(&sort.for_group(), members)
+    }
+
+    /// These cursors on the first `keys` sort keys only: each value past them dropped, and a
+    /// cursor that lost one made inclusive. They keep every document these keep (and the ties
+    /// on the kept keys): what one collection of a group answers for a group cursor, whose
+    /// `_path` its own order lacks; the group's exact cursor then decides the ties.
+    pub fn relaxed_to(&self, keys: usize) -> Cursors {
+        let relax = |c: &Option<Cursor>| {
+            c.as_ref().map(|c| match c.values.len() > keys {
+                true => Cursor {
+                    values: c.values[..keys].to_vec(),
+                    inclusive: true,
+                },
+                false => c.clone(),
+            })
+        };
+        Cursors {
+            start: relax(&self.start),
+            end: relax(&self.end),
+        }
     }
 
     pub fn is_none(&self) -> bool {
@@ -117,24 +149,34 @@ fn parse_one(sort: &Sort, name: &str, v: &Value, inclusive: bool) -> Result<Curs
     }
     if values.len() > keys.len() {
         let fields: Vec<&str> = keys.iter().map(|k| k.path.as_str()).collect();
+        let then = match keys.last().is_some_and(|k| k.path.as_str() == PATH_MEMBER) {
+            true => "then an _id, then a _path (a collection group's tie-break)",
+            false => "then an _id",
+        };
         return Err(bad(format!(
             "has {} values but the query is ordered by {} key(s) ({}): at most one value per \
-             sort field, then an _id",
+             sort field, {then}",
             values.len(),
             keys.len(),
             fields.join(", ")
         )));
     }
     for (k, value) in keys.iter().zip(values) {
-        if k.path.as_str() != "_id" {
-            continue;
-        }
+        let (what, max) = match k.path.as_str() {
+            "_id" => ("a document id", CURSOR_ID_BYTES_MAX),
+            PATH_MEMBER => (
+                "a document's full path (collection/id)",
+                CURSOR_PATH_BYTES_MAX,
+            ),
+            _ => continue,
+        };
         let ok = value
             .as_str()
-            .is_some_and(|s| !s.is_empty() && s.len() <= CURSOR_ID_BYTES_MAX);
+            .is_some_and(|s| !s.is_empty() && s.len() <= max);
         if !ok {
             return Err(bad(format!(
-                "has {value} for _id: a document id is a string of 1 to {CURSOR_ID_BYTES_MAX} bytes"
+                "has {value} for {}: {what} is a string of 1 to {max} bytes",
+                k.path.as_str()
             )));
         }
     }
@@ -267,5 +309,120 @@ mod tests {
             e.to_string().contains("at most one value per sort field"),
             "{e}"
         );
+    }
+
+    fn group_cursors(sort: Value, members: Value) -> Result<(Sort, Cursors), QueryError> {
+        let sort = Sort::parse(&sort)?;
+        let get = |k: &str| members.get(k).cloned().unwrap_or(Value::Null);
+        let m = CURSOR_MEMBERS.map(get);
+        let c = Cursors::parse_group(&sort, [&m[0], &m[1], &m[2], &m[3]])?;
+        Ok((sort.for_group(), c))
+    }
+
+    fn group_docs() -> Vec<Value> {
+        vec![
+            json!({"_id": "a", "ts": 1, "_path": "r1/m/a"}),
+            json!({"_id": "a", "ts": 1, "_path": "r2/m/a"}),
+            json!({"_id": "a", "ts": 1, "_path": "r3/m/a"}),
+            json!({"_id": "b", "ts": 1, "_path": "r1/m/b"}),
+            json!({"_id": "a", "ts": 2, "_path": "r1/m/a"}),
+        ]
+    }
+
+    fn group_kept(sort: Value, members: Value) -> Vec<String> {
+        let (sort, c) = group_cursors(sort, members).unwrap();
+        let mut docs = group_docs();
+        docs.retain(|d| c.admits(&sort, d));
+        sort.sort(&mut docs);
+        docs.iter()
+            .map(|d| format!("{}:{}", d["ts"], d["_path"].as_str().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_group_cursor_may_end_with_a_path() {
+        assert_eq!(
+            group_kept(json!({"ts": 1}), json!({"startAfter": [1, "a", "r1/m/a"]})),
+            ["1:r2/m/a", "1:r3/m/a", "1:r1/m/b", "2:r1/m/a"]
+        );
+        // Without the path, the cursor covers every collection's tie.
+        assert_eq!(
+            group_kept(json!({"ts": 1}), json!({"startAfter": [1, "a"]})),
+            ["1:r1/m/b", "2:r1/m/a"]
+        );
+        assert_eq!(
+            group_kept(
+                json!({"ts": 1}),
+                json!({"startAt": [1, "a", "r2/m/a"], "endBefore": [1, "b", "r1/m/b"]})
+            ),
+            ["1:r2/m/a", "1:r3/m/a"]
+        );
+        // `_path` follows `_id`'s direction: descending ids, descending paths.
+        assert_eq!(
+            group_kept(
+                json!({"ts": 1, "_id": -1}),
+                json!({"endAt": [1, "a", "r2/m/a"]})
+            ),
+            ["1:r1/m/b", "1:r3/m/a", "1:r2/m/a"]
+        );
+    }
+
+    #[test]
+    fn a_relaxed_group_cursor_keeps_a_superset() {
+        let (sort, c) = group_cursors(
+            json!({"ts": 1}),
+            json!({"startAfter": [1, "a", "r2/m/a"], "endBefore": [2, "a", "r1/m/a"]}),
+        )
+        .unwrap();
+        let r = c.relaxed_to(2);
+        assert_eq!(r.start.as_ref().unwrap().values, [json!(1), json!("a")]);
+        assert!(r.start.as_ref().unwrap().inclusive && r.end.as_ref().unwrap().inclusive);
+        for d in group_docs() {
+            assert!(!c.admits(&sort, &d) || r.admits(&sort, &d), "{d}");
+        }
+        // Cursors within the kept keys are unchanged.
+        let (_, c) = group_cursors(json!({"ts": 1}), json!({"startAfter": [1, "a"]})).unwrap();
+        assert_eq!(c.relaxed_to(2), c);
+    }
+
+    #[test]
+    fn malformed_group_cursors_are_refused() {
+        for (sort, members, says) in [
+            (
+                json!({"ts": 1}),
+                json!({"startAt": [1, "a", "p/x/a", 4]}),
+                "then a _path",
+            ),
+            (
+                json!({"ts": 1}),
+                json!({"startAt": [1, "a", 7]}),
+                "for _path",
+            ),
+            (
+                json!({"ts": 1}),
+                json!({"startAfter": [1, "a", ""]}),
+                "for _path",
+            ),
+            (json!(null), json!({"endAt": ["a", null]}), "for _path"),
+            (
+                json!({"ts": 1}),
+                json!({"endBefore": [1, 2, "p/x/a"]}),
+                "for _id",
+            ),
+        ] {
+            let e = group_cursors(sort.clone(), members.clone()).unwrap_err();
+            assert_eq!(e.code(), "bad_query", "{sort} {members}");
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        let long = "p/".repeat(CURSOR_PATH_BYTES_MAX);
+        let e = group_cursors(json!(null), json!({"startAt": ["a", long]})).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(&format!("1 to {CURSOR_PATH_BYTES_MAX} bytes")),
+            "{e}"
+        );
+        // A collection query still takes no value past `_id`.
+        let e = cursors(json!({"ts": 1}), json!({"startAt": [1, "a", "p/x/a"]})).unwrap_err();
+        assert_eq!(e.code(), "bad_query");
     }
 }

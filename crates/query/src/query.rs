@@ -79,6 +79,15 @@ impl Query {
         Ok(self)
     }
 
+    /// Sets the cursors of a collection-group query (`null` for an absent one), checked against
+    /// the group's order: the sort, then `_path` in the direction of `_id`
+    /// ([`Cursors::parse_group`]). Such cursors are exact only on documents that carry `_path`,
+    /// evaluated in the group's order ([`Sort::for_group`]).
+    pub fn with_group_cursors(mut self, members: [&Value; 4]) -> Result<Query, QueryError> {
+        self.cursors = Cursors::parse_group(&self.sort, members)?;
+        Ok(self)
+    }
+
     /// Whether a document is in the result before skip and limit: it matches the filter and
     /// lies between the cursors.
     pub fn matches(&self, doc: &Value) -> bool {
