@@ -17,13 +17,14 @@
 //! collections, [`Sort::for_group`]), so its cursors are parsed against that order
 //! ([`Cursors::parse_group`]) and may name a `_path` after the `_id`, which makes every position
 //! in a group's result reachable. Each collection of the group answers a superset of a group
-//! cursor, [`Cursors::relaxed_to`] (the `_path` value dropped, the bound inclusive).
+//! cursor exactly in its own order ([`Cursors::in_collection`]: the `_path` value dropped, the
+//! bound inclusive when that collection's document at the cursor is inside it).
 
 use crate::error::QueryError;
 use crate::limits::{CURSOR_ID_BYTES_MAX, CURSOR_PATH_BYTES_MAX};
 use crate::sort::{Sort, PATH_MEMBER};
 use crate::sortkey::KeyValue;
-use herald_value::Value;
+use herald_value::{compare, Value};
 use std::cmp::Ordering;
 
 /// The wire names of the four cursor members, in the order [`Cursors::parse`] takes them.
@@ -63,23 +64,44 @@ impl Cursors {
         Cursors::parse(&sort.for_group(), members)
     }
 
-    /// These cursors on the first `keys` sort keys only: each value past them dropped, and a
-    /// cursor that lost one made inclusive. They keep every document these keep (and the ties
-    /// on the kept keys): what one collection of a group answers for a group cursor, whose
-    /// `_path` its own order lacks; the group's exact cursor then decides the ties.
-    pub fn relaxed_to(&self, keys: usize) -> Cursors {
-        let relax = |c: &Option<Cursor>| {
-            c.as_ref().map(|c| match c.values.len() > keys {
-                true => Cursor {
-                    values: c.values[..keys].to_vec(),
-                    inclusive: true,
-                },
-                false => c.clone(),
+    /// Group cursors (parsed against `group_sort`, [`Cursors::parse_group`]) as one collection
+    /// of the group runs them, exactly, in its own order (the group's without `_path`): a cursor
+    /// that names a `_path` drops it and is inclusive exactly when the collection's own
+    /// document at the cursor's sort values and `_id` (whose path is `collection/_id`) is inside
+    /// it. Ids are unique in a collection, so that document is the only one the `_path`
+    /// decides there.
+    pub fn in_collection(&self, group_sort: &Sort, collection: &str) -> Cursors {
+        let Some((path_key, own)) = group_sort.keys().split_last() else {
+            return self.clone();
+        };
+        let id_at = own.iter().position(|k| k.path.as_str() == "_id");
+        let one = |c: &Option<Cursor>, start: bool| {
+            let c = c.as_ref()?;
+            let Some(path) = c.values.get(own.len()) else {
+                return Some(c.clone());
+            };
+            let tie = id_at
+                .and_then(|i| c.values[i].as_str())
+                .map(|id| Value::String(format!("{collection}/{id}")));
+            // Parsed cursors always have the id; without one, inclusive keeps a superset.
+            let inclusive = tie.is_none_or(|tie| {
+                let ord = path_key.dir.orient(compare(&tie, path));
+                ord == Ordering::Equal && c.inclusive
+                    || ord
+                        == if start {
+                            Ordering::Greater
+                        } else {
+                            Ordering::Less
+                        }
+            });
+            Some(Cursor {
+                values: c.values[..own.len()].to_vec(),
+                inclusive,
             })
         };
         Cursors {
-            start: relax(&self.start),
-            end: relax(&self.end),
+            start: one(&self.start, true),
+            end: one(&self.end, false),
         }
     }
 
@@ -367,22 +389,45 @@ mod tests {
         );
     }
 
+    /// In each collection, the cursors without `_path` keep exactly the documents the group
+    /// cursors keep.
     #[test]
-    fn a_relaxed_group_cursor_keeps_a_superset() {
-        let (sort, c) = group_cursors(
-            json!({"ts": 1}),
-            json!({"startAfter": [1, "a", "r2/m/a"], "endBefore": [2, "a", "r1/m/a"]}),
-        )
-        .unwrap();
-        let r = c.relaxed_to(2);
-        assert_eq!(r.start.as_ref().unwrap().values, [json!(1), json!("a")]);
-        assert!(r.start.as_ref().unwrap().inclusive && r.end.as_ref().unwrap().inclusive);
-        for d in group_docs() {
-            assert!(!c.admits(&sort, &d) || r.admits(&sort, &d), "{d}");
+    fn a_group_cursor_runs_exactly_in_each_collection() {
+        let docs = group_docs();
+        for sort in [json!({"ts": 1}), json!({"ts": -1, "_id": -1}), json!(null)] {
+            for (values, tail) in [
+                (json!([1, "a", "r2/m/a"]), 3),
+                (json!([1, "a", "r1/m/a"]), 3),
+                (json!([2, "a", "r1/m/a"]), 3),
+                (json!([1, "a"]), 2),
+            ] {
+                let mut values = values.as_array().unwrap().clone();
+                if sort.is_null() {
+                    values.remove(0); // only an id, then a path
+                }
+                for member in CURSOR_MEMBERS {
+                    let members = json!({ member: values.clone() });
+                    let (gsort, c) = group_cursors(sort.clone(), members.clone()).unwrap();
+                    let own = Sort::parse(&sort).unwrap();
+                    for coll in ["r1/m", "r2/m", "r3/m"] {
+                        let cc = c.in_collection(&gsort, coll);
+                        for d in docs
+                            .iter()
+                            .filter(|d| d["_path"].as_str().unwrap().starts_with(coll))
+                        {
+                            assert_eq!(
+                                cc.admits(&own, d),
+                                c.admits(&gsort, d),
+                                "{sort} {members} {coll} {d}"
+                            );
+                        }
+                        if tail == 2 {
+                            assert_eq!(cc, c);
+                        }
+                    }
+                }
+            }
         }
-        // Cursors within the kept keys are unchanged.
-        let (_, c) = group_cursors(json!({"ts": 1}), json!({"startAfter": [1, "a"]})).unwrap();
-        assert_eq!(c.relaxed_to(2), c);
     }
 
     #[test]
