@@ -14,7 +14,8 @@ export interface QuerySpec {
   skip?: number;
   limit?: number;
   projection?: Record<string, 0 | 1 | boolean>;
-  /** Cursors: values in the order of the sort fields, optionally then an `_id` (Firestore's semantics). */
+  /** Cursors: values in the order of the sort fields, optionally then an `_id` (Firestore's
+   * semantics); on a collection group, optionally then a `_path` (the document's full path). */
   startAt?: unknown[];
   startAfter?: unknown[];
   endAt?: unknown[];
@@ -32,10 +33,22 @@ export class Query {
     readonly limit: number,
     readonly projection: Projection,
     readonly cursors: Cursors,
+    /** The order the cursors are positions in: the sort, or a group's (`Sort.forGroup`). */
+    readonly cursorSort: Sort = sort,
   ) {}
 
   /** Parses `{filter, sort, skip, limit, projection}`; unknown members are refused. */
   static parse(spec: unknown): Query {
+    return Query.parseAs(spec, false);
+  }
+
+  /** [`parse`] for a collection-group query: its cursors are positions in the group's order
+   * (the sort, `_id`, then `_path`) and are applied to documents carrying `_path`. */
+  static parseGroup(spec: unknown): Query {
+    return Query.parseAs(spec, true);
+  }
+
+  private static parseAs(spec: unknown, group: boolean): Query {
     if (!isObject(spec)) throw new QueryError("bad_query", "bad query: a query must be an object");
     const k = Object.keys(spec).find((k) => !FIELDS.includes(k));
     if (k !== undefined)
@@ -46,12 +59,14 @@ export class Query {
     const skip = count("skip", spec.skip);
     const limit = count("limit", spec.limit);
     const projection = Projection.parse(spec.projection);
-    return new Query(filter, sort, skip, limit, projection, Cursors.parse(sort, spec));
+    if (!group) return new Query(filter, sort, skip, limit, projection, Cursors.parse(sort, spec));
+    const order = sort.forGroup();
+    return new Query(filter, sort, skip, limit, projection, Cursors.parse(order, spec), order);
   }
 
   /** Whether a document is in the result before skip and limit: the filter and the cursors. */
   matches(doc: Value): boolean {
-    return this.filter.matches(doc) && this.cursors.admits(this.sort, doc);
+    return this.filter.matches(doc) && this.cursors.admits(this.cursorSort, doc);
   }
 
   /** Filters, sorts, skips and limits; projects when `project` (the default). */
