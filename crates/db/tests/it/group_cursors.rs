@@ -26,6 +26,7 @@ const SORTS: &[&str] = &[
     r#"{"n": 1, "ts": -1}"#,
     r#"{"_id": -1}"#,
     r#"{"ts": 1, "_id": -1}"#,
+    r#"{"_id": 1, "ts": -1}"#,
 ];
 
 const FILTERS: &[&str] = &[
