@@ -274,14 +274,14 @@ test("group cursors: positions in the group's order (sort, _id, _path), exact on
   const random = rng(7);
   for (const sort of [{ ts: -1 }, { ts: 1, _id: -1 }, undefined]) {
     const q = Query.parseGroup({ sort });
-    const order = q.cursorSort.sort(docs.filter((d) => q.matches(d)));
+    const order = q.order.sort(docs.filter((d) => q.matches(d)));
     assert.equal(order.length, docs.length);
-    const position = (d: Doc) => [...q.cursorSort.keys.map((k) => d[k.path.dotted] as unknown)];
+    const position = (d: Doc) => [...q.order.keys.map((k) => d[k.path.dotted] as unknown)];
     for (let i = 0; i < 40; i++) {
       const k = Math.floor(random() * order.length);
       const at = position(order[k]);
       const paths = (spec: object) =>
-        q.cursorSort
+        q.order
           .sort(docs.filter((d) => Query.parseGroup({ sort, ...spec }).matches(d)))
           .map((d) => d._path);
       const want = order.map((d) => d._path);

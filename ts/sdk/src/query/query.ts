@@ -33,8 +33,9 @@ export class Query {
     readonly limit: number,
     readonly projection: Projection,
     readonly cursors: Cursors,
-    /** The order the cursors are positions in: the sort, or a group's (`Sort.forGroup`). */
-    readonly cursorSort: Sort = sort,
+    /** The result order, which the cursors are positions in: the sort, or for a collection-group
+     * query the group's (`Sort.forGroup`: the sort, then `_path`). */
+    readonly order: Sort = sort,
   ) {}
 
   /** Parses `{filter, sort, skip, limit, projection}`; unknown members are refused. */
@@ -66,14 +67,14 @@ export class Query {
 
   /** Whether a document is in the result before skip and limit: the filter and the cursors. */
   matches(doc: Value): boolean {
-    return this.filter.matches(doc) && this.cursors.admits(this.cursorSort, doc);
+    return this.filter.matches(doc) && this.cursors.admits(this.order, doc);
   }
 
-  /** Filters, sorts, skips and limits; projects when `project` (the default). */
+  /** Filters, sorts (in `order`), skips and limits; projects when `project` (the default). */
   run<T extends Value>(docs: Iterable<T>, project = true): Value[] {
     const hits: T[] = [];
     for (const d of docs) if (this.matches(d)) hits.push(d);
-    const sorted = this.sort.sort(hits);
+    const sorted = this.order.sort(hits);
     const end = this.limit === 0 ? sorted.length : this.skip + this.limit;
     const window = sorted.slice(this.skip, end);
     return project && !this.projection.isAll() ? window.map((d) => this.projection.apply(d)) : window;
