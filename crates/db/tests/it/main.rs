@@ -14,6 +14,7 @@
 mod aggregate;
 mod db;
 mod fault_schedules;
+mod group_aggregate;
 mod groups;
 mod live_agg_model;
 mod live_engine;

@@ -167,6 +167,33 @@ async fn group_queries_indexes_and_aggregations_over_http() {
         r["docs"],
         json!([{"_id": "alice", "n": 3}, {"_id": "bob", "n": 3}])
     );
+    // A count adds up each collection's count of index keys: no document is read.
+    let r = call(
+        &s,
+        ADMIN_KEY,
+        Method::POST,
+        "/v1/aggregate",
+        Some(json!({"collectionGroup": "messages", "explain": true,
+                    "pipeline": [{"$match": {"ts": {"$gte": 2}}}, {"$count": "n"}]})),
+    )
+    .await
+    .ok(200);
+    assert_eq!(r["docs"], json!([{"n": 5}]), "{r}");
+    assert_eq!(r["explain"]["query"]["plan"]["type"], "group_merge", "{r}");
+    assert_eq!(r["explain"]["query"]["docsExamined"], 0, "{r}");
+    assert_eq!(r["explain"]["stagesInQuery"], 2, "{r}");
+    // The newest message across the group, by `$max`.
+    let r = call(
+        &s,
+        ADMIN_KEY,
+        Method::POST,
+        "/v1/aggregate",
+        Some(json!({"collectionGroup": "messages",
+                    "pipeline": [{"$group": {"_id": null, "ts": {"$max": "$ts"}}}]})),
+    )
+    .await
+    .ok(200);
+    assert_eq!(r["docs"], json!([{"_id": null, "ts": 6}]), "{r}");
     // Dropping the group index: the same answer through the merge.
     let r = call(
         &s,
