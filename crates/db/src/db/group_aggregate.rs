@@ -1,7 +1,7 @@
 //! Pull aggregations over a collection group (`Db::aggregate_group`): the head query over every
 //! collection of the group at one snapshot, then the rest of the pipeline.
 //!
-//! Three ways, tried in this order; each gives exactly what herald-query's `Pipeline::run`
+//! Four ways, tried in this order; each gives exactly what herald-query's `Pipeline::run`
 //! gives over the group's head query result (sorted by the head's sort, then `_path`), which the
 //! tests check:
 //! 1. **Count per collection.** A pipeline that only counts (`Pipeline::count_shape`) adds up
@@ -12,14 +12,21 @@
 //! 2. **Least or greatest.** `$group` on a constant with one `$min`/`$max` of a field every
 //!    collection's index orders is the first document of the group query sorted by that field
 //!    with limit 1 (a group index entry, or one entry per collection).
-//! 3. **Held.** Otherwise the head runs as a group query (at most `QUERY_DOCS_MAX` documents)
+//! 3. **Streamed.** Per-document stages up to a `$group` or `$count` (`Pipeline::streaming`)
+//!    read the matches of every collection merged into the group's order, one at a time
+//!    (`exec/group_stream.rs`): the input is bounded by [`AGGREGATE_DOCS_MAX`] documents read,
+//!    not held. Up to [`GROUP_STREAM_COLLECTIONS_MAX`] collections (one open iterator each).
+//! 4. **Held.** Otherwise the head runs as a group query (at most `QUERY_DOCS_MAX` documents)
 //!    and the rest of the pipeline runs over it.
 
 use super::aggregate::{is_id_order, sort_value, AggregateOutcome, AGGREGATE_DOCS_MAX};
 use super::group_query::{check_group_query, group_collections};
 use super::{Db, QueryOutcome};
 use crate::error::DbError;
-use crate::exec::{for_each_match, Examined, Restrict, QUERY_DOCS_MAX};
+use crate::exec::{
+    for_each_group_match, for_each_match, Examined, GroupInput, Restrict,
+    GROUP_STREAM_COLLECTIONS_MAX, QUERY_DOCS_MAX,
+};
 use crate::layout::META_SEQ;
 use crate::names::check_group;
 use crate::planner::{choose, Explain, Plan, PlanDescription};
@@ -87,6 +94,58 @@ impl Db {
                     }
                 }
             }
+            if let Some(mut run) = pipeline.streaming(covered) {
+                let read = self.inner.store.read()?;
+                let collections = group_collections(&read, group)?;
+                if collections.len() <= GROUP_STREAM_COLLECTIONS_MAX {
+                    let seq = read.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0);
+                    let mut inputs = Vec::with_capacity(collections.len());
+                    let mut plans: Vec<PlanDescription> = Vec::new();
+                    for collection in collections {
+                        let Some(query) = visible(restrict.as_ref(), &head, &collection) else {
+                            continue;
+                        };
+                        let candidates = self
+                            .plans(&collection, &query)
+                            .into_iter()
+                            .filter(|p| !matches!(p, Plan::Ordered(_)))
+                            .collect();
+                        let plan = choose(&read, &collection, &query, candidates)?.plan;
+                        let d = plan.describe();
+                        if !plans.contains(&d) {
+                            plans.push(d);
+                        }
+                        inputs.push(GroupInput {
+                            collection,
+                            query,
+                            plan,
+                        });
+                    }
+                    let mut ex = Examined::default();
+                    for_each_group_match(&read, &inputs, AGGREGATE_DOCS_MAX, &mut ex, &mut |d| {
+                        run.push(d).map_err(DbError::from)
+                    })?;
+                    let docs = run.finish()?;
+                    let explain = Explain {
+                        plan: PlanDescription::GroupMerge {
+                            collections: inputs.len(),
+                            plans,
+                        },
+                        keys_examined: ex.keys,
+                        docs_examined: ex.docs,
+                        returned: docs.len(),
+                        keys_sampled: 0,
+                        estimate: None,
+                        alternatives: Vec::new(),
+                    };
+                    return Ok(AggregateOutcome {
+                        docs,
+                        seq,
+                        explain,
+                        stages_in_query: covered,
+                    });
+                }
+            }
         }
         let QueryOutcome { docs, seq, explain } =
             self.query_group(group, &head, restrict.as_ref().map(|r| r as &dyn Restrict))?;
@@ -115,12 +174,8 @@ impl Db {
         // Documents read one at a time so far, over every collection.
         let mut read_docs = 0usize;
         for coll in &collections {
-            let q = match restrict {
-                None => head.clone(),
-                Some(r) => match r.query_for(coll) {
-                    Some(q) => q,
-                    None => continue,
-                },
+            let Some(q) = visible(restrict, head, coll) else {
+                continue;
             };
             let (count, plan) = match self.count_in(&read, coll, &q, &mut ex)? {
                 Some(c) => c,
@@ -172,6 +227,15 @@ impl Db {
     fn group_orders_by(&self, group: &str, path: &str) -> Result<bool, DbError> {
         let collections = group_collections(&self.inner.store.read()?, group)?;
         Ok(collections.iter().all(|c| self.orders_by(c, path)))
+    }
+}
+
+/// The query deciding `collection`'s documents: `head`, or with a reader's restriction its
+/// filter for that collection (`None`: none of them is visible).
+fn visible(restrict: Option<&Filtered<'_>>, head: &Query, collection: &str) -> Option<Query> {
+    match restrict {
+        None => Some(head.clone()),
+        Some(r) => r.query_for(collection),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Pull aggregations over a collection group (`Db::aggregate_group`): every way (a count added
-//! up per collection, `$min`/`$max` from a sorted group query, the held group result) returns
+//! up per collection, `$min`/`$max` from a sorted group query, `$group` streamed over the
+//! collections' matches merged in order, the held group result) returns
 //! exactly the reference (`Pipeline::run` over the group's visible documents with `_path`, in
 //! `_id` then `_path` order) on messy data, with and without a per-collection read rule; and a
 //! count over a group reads index keys only and is not capped by the query result limit.
@@ -14,8 +15,17 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-/// Collections of group `m` at several depths, and two that are not in it.
-const COLLS: &[&str] = &["m", "r/a/m", "r/b/m", "x/y/z/w/m", "r/a/other", "mm"];
+/// Collections of group `m` at several depths (`r/a/m/b/m` comes after `r/a/m` but its paths
+/// come before), and two that are not in it.
+const COLLS: &[&str] = &[
+    "m",
+    "r/a/m",
+    "r/a/m/b/m",
+    "r/b/m",
+    "x/y/z/w/m",
+    "r/a/other",
+    "mm",
+];
 
 fn put(c: &str, id: &str, doc: Value) -> Write {
     Write::Put {
@@ -76,9 +86,19 @@ fn tail() -> impl Strategy<Value = Vec<Value>> {
             let op = if max { "$max" } else { "$min" };
             vec![json!({"$group": {"_id": "x", "m": { op: format!("${p}") }}})]
         }),
-        1 => path.prop_map(|p| vec![
+        2 => path.clone().prop_map(|p| vec![
             json!({"$group": {"_id": format!("${p}"), "n": {"$sum": 1},
-            "f": {"$first": "$_path"}, "p": {"$push": "$b"}}})
+            "f": {"$first": "$_path"}, "p": {"$push": "$_path"}}})
+        ]),
+        1 => path.clone().prop_map(|p| vec![
+            json!({"$unwind": format!("${p}")}),
+            json!({"$project": {"_id": 0}}),
+            json!({"$group": {"_id": null, "n": {"$count": {}}, "hi": {"$max": "$t"}, "l": {"$last": "$_path"}}})
+        ]),
+        1 => path.prop_map(|p| vec![
+            json!({"$project": {"t": 1, "_path": 1}}),
+            json!({"$sort": { p: -1 }}),
+            json!({"$limit": 3})
         ]),
     ]
 }
@@ -134,7 +154,7 @@ proptest! {
 
 /// A count over a group past the query result cap: each collection's index range counted
 /// key by key, no document read; with a read rule the documents are read, bounded by the
-/// aggregation's own cap, not the query's.
+/// aggregation's own cap, not the query's; a `$group` streams past it too.
 #[test]
 fn a_group_count_reads_index_keys_past_the_query_cap() {
     let dir = tempfile::tempdir().unwrap();
@@ -186,6 +206,31 @@ fn a_group_count_reads_index_keys_past_the_query_cap() {
     let out = db.aggregate_group("m", &max, None).unwrap();
     assert_eq!(out.docs, vec![json!({"_id": null, "t": per_room - 1})]);
     assert!(out.explain.keys_examined <= 2 * rooms, "{:?}", out.explain);
+    // A `$group` streams the group's matches past the query cap, in `_id`, `_path` order.
+    let by_g = Pipeline::parse(&json!([
+        {"$match": {"t": {"$lt": 1000}}},
+        {"$group": {"_id": "$g", "n": {"$count": {}}, "first": {"$first": "$_path"}}},
+        {"$sort": {"_id": 1}}
+    ]))
+    .unwrap();
+    let out = db.aggregate_group("m", &by_g, None).unwrap();
+    let want: Vec<Value> = (0..3)
+        .map(|k| {
+            let n = rooms * (0..1000).filter(|i| i % 3 == k).count();
+            json!({"_id": format!("r{k}"), "n": n, "first": format!("r/0/m/e{k:06}")})
+        })
+        .collect();
+    assert_eq!(out.docs, want);
+    let everything =
+        Pipeline::parse(&json!([{"$group": {"_id": "$g", "n": {"$count": {}}}}])).unwrap();
+    let out = db.aggregate_group("m", &everything, None).unwrap();
+    assert_eq!(out.docs.len(), 3);
+    assert_eq!(
+        out.explain.docs_examined,
+        rooms * per_room,
+        "{:?}",
+        out.explain
+    );
     // A pipeline that holds its input is still capped.
     let held = Pipeline::parse(&json!([{"$project": {"t": 1}}])).unwrap();
     match db.aggregate_group("m", &held, None) {
