@@ -160,12 +160,13 @@ pub(crate) fn start_group_subscription(
         resume_from,
         sink,
     };
-    Ok(match plan {
+    match plan {
         None => st.live.subscribe_group(&group, req, restrict)?,
         Some(plan) => st
             .live
             .subscribe_group_pipeline(&group, req, restrict, plan)?,
-    })
+    }
+    Ok(())
 }
 
 /// A subscription's query, and its sharing key (equal keys share one engine view).
