@@ -538,3 +538,55 @@ fn live_group_aggregations_equal_the_pull_pipeline_after_every_commit() {
         engine.stop();
     }
 }
+
+/// Over a group the input is capped as for a collection: a subscription whose head query
+/// grows past `QUERY_DOCS_MAX` ends with `result_too_large`, and one made past it is refused
+/// with the code the pull aggregation over the group gets.
+#[test]
+fn a_group_input_past_query_docs_max_is_refused_like_pull() {
+    let (_dir, db) = open_db();
+    let engine = LiveEngine::start(db.clone());
+    let spec = json!([{"$match": {"big": true}}, {"$count": "n"}]);
+    let sink = |conn| {
+        Arc::new(TestSink {
+            conn,
+            msgs: Mutex::new(Vec::new()),
+        })
+    };
+    let put = |i: usize| Write::Put {
+        collection: ["messages", "rooms/r1/messages"][i % 2].into(),
+        id: format!("b{i:05}"),
+        doc: json!({"big": true}),
+        if_version: None,
+    };
+    let max = herald_db::QUERY_DOCS_MAX;
+    for chunk in (0..max).collect::<Vec<_>>().chunks(500) {
+        db.commit(chunk.iter().map(|&i| put(i)).collect()).unwrap();
+    }
+    let first = sink(1);
+    subscribe_group(&engine, &spec, false, first.clone(), None);
+    wait_idle(&engine);
+    let (rows, _) = client_rows(&first.msgs.lock().unwrap());
+    assert_eq!(rows, vec![json!({"n": max})]);
+    db.commit(vec![put(max)]).unwrap();
+    wait_idle(&engine);
+    let code = |s: &TestSink| {
+        let msgs = s.msgs.lock().unwrap();
+        let last = msgs.last().unwrap().clone();
+        (
+            last["type"].as_str().map(str::to_string),
+            last["code"].clone(),
+        )
+    };
+    let refused = (Some("error".to_string()), json!("result_too_large"));
+    assert_eq!(code(&first), refused);
+    let late = sink(2);
+    subscribe_group(&engine, &spec, false, late.clone(), None);
+    wait_idle(&engine);
+    assert_eq!(code(&late), refused);
+    let p = Pipeline::parse(&spec).unwrap();
+    let (q, _) = p.head_query(max);
+    let e = db.query_group("messages", &q, None).unwrap_err();
+    assert_eq!(e.code(), "result_too_large");
+    engine.stop();
+}
