@@ -5,6 +5,9 @@
 //! deletes, multi-document transactions), with resumes along the way. After EVERY commit the
 //! rows a client builds from the initial result and the change batches (applied by id and
 //! position) equal `Pipeline::run` over the pull query at that seq, and seqs increase.
+//! The group variant does the same over a collection group (ids repeated across its
+//! collections, pipelines over `_path`, with and without a per-collection read restriction,
+//! resumes from older seqs) against the pull aggregation over `Db::query_group`.
 //! `HERALD_SLOW=1` runs 200 scenarios instead of 12.
 
 use crate::live_engine::{open_db, TestSink};
