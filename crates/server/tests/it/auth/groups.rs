@@ -344,19 +344,7 @@ async fn an_end_user_sees_each_document_under_its_own_collections_rule() {
         (Some("error"), Some("bad_request")),
         "{e}"
     );
-    // A live aggregation over a group is refused by name; the connection goes on.
-    send(
-        &mut ws,
-        json!({"op": "subscribe", "sub": "p", "collectionGroup": "messages",
-               "pipeline": [{"$count": "n"}]}),
-    )
-    .await;
-    let e = next(&mut ws).await.unwrap();
-    assert_eq!(
-        (e["sub"].as_str(), e["code"].as_str()),
-        (Some("p"), Some("bad_query")),
-        "{e}"
-    );
+    // Live aggregations over a group: live_agg_group.rs.
 
     // SSE: the same visible window.
     let mut r = s
