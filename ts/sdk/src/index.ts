@@ -26,7 +26,7 @@ export type {
   ChangeKind,
 } from "./client/snapshot.js";
 export { HeraldError } from "./client/errors.js";
-export type { AggregateSnapshot, RowChange } from "./client/pipelineListens.js";
+export type { AggregateSnapshot, PipelineSource, RowChange } from "./client/pipelineListens.js";
 export {
   parsePrometheus,
   type CollectionInfo,

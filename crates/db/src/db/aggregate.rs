@@ -25,7 +25,7 @@ use crate::names::check_collection;
 use crate::planner::{choose, Explain, Plan};
 use herald_query::pipeline::Pipeline;
 use herald_query::{Direction, Filter, Query, Sort};
-use herald_storage::Table;
+use herald_storage::{ReadTxn, Table};
 use herald_value::{json, Value};
 
 /// Most documents one aggregation reads when its input is streamed (way 3).
@@ -153,27 +153,8 @@ impl Db {
         let read = self.inner.store.read()?;
         let seq = read.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0);
         let mut ex = Examined::default();
-        let everything =
-            crate::planner::only_conjuncts(q.filter.expr()).is_some_and(|c| c.is_empty());
-        let (n, plan) = if everything {
-            (count_docs(&read, collection, &mut ex)?, Plan::Scan)
-        } else {
-            let Some(o) = self.exact_range(collection, q) else {
-                return Ok(None);
-            };
-            // `$in` ranges: one per value, disjoint unless two values are equal (`1`, `1.0`).
-            let mut ranges: Vec<(&[u8], &[u8])> = o
-                .streams
-                .iter()
-                .map(|s| (s.start.as_slice(), s.end.as_slice()))
-                .collect();
-            ranges.sort();
-            ranges.dedup();
-            let mut n = 0;
-            for (start, end) in ranges {
-                n += count_entries(&read, start, end, &mut ex)?;
-            }
-            (n, Plan::Ordered(o))
+        let Some((n, plan)) = self.count_in(&read, collection, q, &mut ex)? else {
+            return Ok(None);
         };
         let explain = Explain {
             plan: plan.describe(),
@@ -185,6 +166,38 @@ impl Db {
             alternatives: Vec::new(),
         };
         Ok(Some((n, seq, explain)))
+    }
+
+    /// [`count_exact`](Self::count_exact) on a given snapshot: the count and the plan that
+    /// gave it, or `None` when no index range gives it.
+    pub(super) fn count_in(
+        &self,
+        read: &ReadTxn,
+        collection: &str,
+        q: &Query,
+        ex: &mut Examined,
+    ) -> Result<Option<(u64, Plan)>, DbError> {
+        let everything =
+            crate::planner::only_conjuncts(q.filter.expr()).is_some_and(|c| c.is_empty());
+        if everything {
+            return Ok(Some((count_docs(read, collection, ex)?, Plan::Scan)));
+        }
+        let Some(o) = self.exact_range(collection, q) else {
+            return Ok(None);
+        };
+        // `$in` ranges: one per value, disjoint unless two values are equal (`1`, `1.0`).
+        let mut ranges: Vec<(&[u8], &[u8])> = o
+            .streams
+            .iter()
+            .map(|s| (s.start.as_slice(), s.end.as_slice()))
+            .collect();
+        ranges.sort();
+        ranges.dedup();
+        let mut n = 0;
+        for (start, end) in ranges {
+            n += count_entries(read, start, end, ex)?;
+        }
+        Ok(Some((n, Plan::Ordered(o))))
     }
 
     /// A single-field ordered scan over exactly the documents `q` matches, one entry each: the
@@ -221,19 +234,19 @@ impl Db {
     }
 
     /// Whether `path`'s index gives every document's sort key at it as the value itself.
-    fn orders_by(&self, collection: &str, path: &str) -> bool {
+    pub(super) fn orders_by(&self, collection: &str, path: &str) -> bool {
         let cat = self.inner.catalog.read().expect("catalog lock");
         cat.shapes_tracked && cat.collection(collection).is_none_or(|c| c.orders_by(path))
     }
 }
 
-fn is_id_order(sort: &Sort) -> bool {
+pub(super) fn is_id_order(sort: &Sort) -> bool {
     matches!(sort.keys(), [k] if k.path.as_str() == "_id" && k.dir == Direction::Asc)
 }
 
 /// The value at a dotted path through documents (no arrays along it: the caller checked), if
 /// it is there and not null.
-fn sort_value(doc: &Value, path: &str) -> Option<Value> {
+pub(super) fn sort_value(doc: &Value, path: &str) -> Option<Value> {
     let mut v = doc;
     for seg in path.split('.') {
         v = v.as_object()?.get(seg)?;

@@ -164,7 +164,7 @@ pub fn check_group_query(query: &Query) -> Result<(), DbError> {
 }
 
 /// The group's collections by skip-scan over the document keys, one seek per collection.
-fn group_collections(read: &ReadTxn, group: &str) -> Result<Vec<String>, DbError> {
+pub(super) fn group_collections(read: &ReadTxn, group: &str) -> Result<Vec<String>, DbError> {
     let mut out = Vec::new();
     let mut after: Option<String> = None;
     loop {

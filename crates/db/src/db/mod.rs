@@ -6,6 +6,7 @@
 
 mod aggregate;
 mod collections;
+mod group_aggregate;
 mod group_indexes;
 mod group_query;
 mod indexes;

@@ -6,12 +6,14 @@
 //! no result once it has examined its budget.
 
 mod group;
+mod group_stream;
 mod ordered;
 
 pub use group::{
     execute_group, group_query, project as project_group, with_path, GroupPlan, Restrict,
     GROUP_COLLECTIONS_MAX,
 };
+pub use group_stream::{for_each_group_match, GroupInput, GROUP_STREAM_COLLECTIONS_MAX};
 
 use crate::error::DbError;
 use crate::layout::{collection_prefix, decode_doc, doc_key, index_entry_id, prefix_end};

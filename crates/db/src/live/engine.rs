@@ -4,11 +4,12 @@
 //!
 //! A view maintains a query's window ([`LiveView`]) or a live aggregation (`agg.rs`, subscribed
 //! with [`LiveEngine::subscribe_pipeline`]): the same grid registration (the head query's
-//! filter), initial result at an exact seq, replay, reset and sharing apply to both. A query
-//! view watches one collection or a collection group ([`Scope`], `scope.rs`, subscribed with
-//! [`LiveEngine::subscribe_group`]): a group's view is filed in the grid under `*/group`, gets
-//! every change of every collection of the group (by full path, images with `_path`, hidden
-//! ones absent) and reads its initial result and refills through `Db::query_group`.
+//! filter), initial result at an exact seq, replay, reset and sharing apply to both. Either
+//! watches one collection or a collection group ([`Scope`], `scope.rs`, subscribed with
+//! [`LiveEngine::subscribe_group`] or [`LiveEngine::subscribe_group_pipeline`]): a group's
+//! view is filed in the grid under `*/group`, gets every change of every collection of the
+//! group (by full path, images with `_path`, hidden ones absent) and reads its initial result
+//! and refills through `Db::query_group`.
 //!
 //! Guarantees:
 //! - **No write missed or doubled.** A new subscription's initial result is read from the newest
@@ -189,7 +190,8 @@ impl LiveEngine {
     /// (`req.collection` is ignored). Events name documents by full path and documents carry
     /// `_path`; `restrict` (an end user's read rules) decides per collection what is visible.
     /// Views are shared only by equal `req.key`s, so a restricted subscription's key must
-    /// identify its reader. (Live aggregations over a group are not offered.)
+    /// identify its reader. A live aggregation over a group is
+    /// [`subscribe_group_pipeline`](Self::subscribe_group_pipeline).
     pub fn subscribe_group(
         &self,
         group: &str,
@@ -217,6 +219,32 @@ impl LiveEngine {
         pipeline: Arc<LivePipeline>,
     ) -> Result<(), DbError> {
         let scope = Scope::Collection(req.collection.clone());
+        self.push(Request::Subscribe(Box::new(req), scope, Some(pipeline)))
+    }
+
+    /// Subscribes to a live aggregation over a collection group: `req.query` is the pipeline's
+    /// head query (filter and sort, as the subscriber wrote them; `req.collection` is ignored)
+    /// and `restrict` (an end user's read rules, the head query ANDed with each collection's
+    /// rule) decides per collection which documents are input. The input is the group query's
+    /// result: documents with `_path`, in the head's order then `_path` (as
+    /// `Db::query_group` returns them to a pull aggregation), so `$first`/`$push` see the same
+    /// order. `req.key` must identify the group, the pipeline and (when restricted) the reader.
+    pub fn subscribe_group_pipeline(
+        &self,
+        group: &str,
+        mut req: SubscribeRequest,
+        restrict: Option<Arc<dyn Restrict>>,
+        pipeline: Arc<LivePipeline>,
+    ) -> Result<(), DbError> {
+        check_group(group)?;
+        check_group_query(&req.query)?;
+        let view_query = group_query(&req.query);
+        let scope = Scope::group(
+            group,
+            std::mem::replace(&mut req.query, view_query),
+            restrict,
+        );
+        req.collection = scope.key();
         self.push(Request::Subscribe(Box::new(req), scope, Some(pipeline)))
     }
 

@@ -14,6 +14,7 @@
 mod aggregate;
 mod db;
 mod fault_schedules;
+mod group_aggregate;
 mod group_cursors;
 mod groups;
 mod live_agg_model;

@@ -7,9 +7,10 @@
 //! documents the user may read, so a user's count counts only those. `Db::aggregate` runs it
 //! (counts and min/max from indexes, streamed groups, or the rest of the pipeline in memory over
 //! the query's result, bounded by herald-query's limits), on the blocking pool like a query.
-//! With `collectionGroup` the head query runs over the group (`Db::query_group`: documents
-//! carry `_path`, an end user's rule ANDed in per collection) and the rest of the pipeline in
-//! memory over its result.
+//! With `collectionGroup`, `Db::aggregate_group` runs it over the group (documents carry
+//! `_path`, an end user's rule ANDed in per collection): counts add up each collection's count,
+//! min/max come from the first document of a sorted group query, and otherwise the rest of the
+//! pipeline runs in memory over the group query's result.
 
 use crate::api::body::read_typed;
 use crate::api::error::{ApiError, ApiResult};
@@ -81,8 +82,7 @@ pub async fn aggregate(
     Ok(Json(out))
 }
 
-/// An aggregation over a collection group: the head query over the group, then the rest of
-/// the pipeline in memory over its result (at most `QUERY_DOCS_MAX` documents).
+/// An aggregation over a collection group (`Db::aggregate_group`).
 async fn aggregate_group(
     st: AppState,
     p: crate::auth::Principal,
@@ -93,7 +93,7 @@ async fn aggregate_group(
     herald_db::check_group(&group)?;
     let spec = Value::Array(stages);
     let pipeline = Pipeline::parse(&spec).map_err(|e| ApiError::lib(e.code(), e.to_string()))?;
-    let (q, covered) = pipeline.head_query(QUERY_DOCS_MAX);
+    let (q, _) = pipeline.head_query(QUERY_DOCS_MAX);
     let restrict = match p.user() {
         Some(_) if explain => {
             return Err(ApiError::new(
@@ -112,23 +112,24 @@ async fn aggregate_group(
     };
     let db = st.db.clone();
     let out = tokio::task::spawn_blocking(move || {
-        let head = db
-            .query_group(&group, &q, restrict.as_ref().map(|r| r as &dyn Restrict))
+        let out = db
+            .aggregate_group(
+                &group,
+                &pipeline,
+                restrict.as_ref().map(|r| r as &dyn Restrict),
+            )
             .map_err(too_large)?;
-        let docs = pipeline
-            .run_from(covered, head.docs)
-            .map_err(|e| ApiError::lib(e.code(), e.to_string()))?;
         let explain = explain.then(|| AggregateExplain {
-            query: explain_of(head.explain),
-            stages_in_query: covered as u64,
-            stages: pipeline.stages()[covered..]
+            query: explain_of(out.explain),
+            stages_in_query: out.stages_in_query as u64,
+            stages: pipeline.stages()[out.stages_in_query.min(pipeline.stages().len())..]
                 .iter()
                 .map(|s| s.name().to_string())
                 .collect(),
         });
         Ok::<_, ApiError>(AggregateReply {
-            docs,
-            seq: head.seq,
+            docs: out.docs,
+            seq: out.seq,
             explain,
         })
     })

@@ -28,7 +28,7 @@ import { Http, type Fetch } from "./http.js";
 import { ListenRegistry, snapshot, type ListenLink, type Listener } from "./listenRegistry.js";
 import { MutationQueue, PENDING_WRITES_MAX } from "./mutationQueue.js";
 import { MemoryPersistence, type Persistence } from "./persistence.js";
-import { PipelineListens, type AggregateSnapshot } from "./pipelineListens.js";
+import { PipelineListens, type AggregateSnapshot, type PipelineSource } from "./pipelineListens.js";
 import { CollectionGroupRef, CollectionRef, DocumentRef, QueryRef, toWire, wireQuery, type Write } from "./refs.js";
 import type { DocumentSnapshot, QuerySnapshot } from "./snapshot.js";
 import { SyncLoop, type BackoffOptions, type ConnectionState, type WebSocketConstructor } from "./sync.js";
@@ -67,6 +67,12 @@ export interface ConnectOptions {
 export interface ListenOptions {
   /** Also call `next` when only `metadata` changed (Firestore's option; default false). */
   includeMetadataChanges?: boolean;
+}
+
+/** What an aggregation reads, as the wire says it: a collection, or a collection group. */
+function pipelineSource(from: CollectionRef | CollectionGroupRef | string): PipelineSource {
+  if (from instanceof CollectionGroupRef) return { collectionGroup: from.name };
+  return { collection: typeof from === "string" ? from : from.path };
 }
 
 /** Opens a client. The connection is made in the background; everything works offline. */
@@ -276,14 +282,14 @@ export class Herald {
    * Runs an aggregation pipeline on the server (`POST /v1/aggregate`): the output rows and the
    * seq of the snapshot they were computed from, after this client's acknowledged writes. The
    * stages are MongoDB's (`$match`, `$group`, `$sort`, `$skip`, `$limit`, `$project`, `$count`,
-   * `$unwind`); with authentication, the read rule applies before the first stage. It needs the
-   * server: there is no local evaluation, and an unreachable server rejects with a retryable
-   * `HeraldError`.
+   * `$unwind`); with authentication, the read rule applies before the first stage. Over a
+   * collection group (`collectionGroup(name)`) the input documents carry `_path`, and each
+   * collection's read rule applies to its own documents. It needs the server: there is no local
+   * evaluation, and an unreachable server rejects with a retryable `HeraldError`.
    */
-  async aggregate(collection: CollectionRef | string, pipeline: Doc[]): Promise<QueryResult> {
+  async aggregate(collection: CollectionRef | CollectionGroupRef | string, pipeline: Doc[]): Promise<QueryResult> {
     await this.ready;
-    const path = typeof collection === "string" ? collection : collection.path;
-    const body = { collection: path, pipeline, ...this.queue.minSeq() };
+    const body = { ...pipelineSource(collection), pipeline, ...this.queue.minSeq() };
     return decodeQueryResult(await this.http.request("POST", "/v1/aggregate", body));
   }
 
@@ -426,10 +432,13 @@ export class Herald {
    * the result rows from the server's `initial`, then after every commit that changes them,
    * with the edits. Online only: no snapshot from the cache, pending writes not applied. A
    * pipeline the server refuses (`unsupported_live`, `bad_pipeline`...) reaches `error`.
+   * Over a collection group (`collectionGroup(name)`) the rows are those `aggregate` returns for
+   * the group: its input documents carry `_path` (so `{"$group": {"_id": "$_path"}}` works),
+   * each collection's read rule applied before aggregation.
    * Returns the function that stops listening.
    */
   onAggregate<T = Doc>(
-    collection: string,
+    collection: string | CollectionRef | CollectionGroupRef,
     pipeline: Record<string, unknown>[],
     next: (s: AggregateSnapshot<T>) => void,
     error?: (e: Error) => void,
@@ -438,7 +447,7 @@ export class Herald {
     let stopped = false;
     const deliver = next as unknown as (s: AggregateSnapshot) => void;
     void this.ready.then(() => {
-      if (!stopped) stop = this.pipelines.add(collection, pipeline as Doc[], { next: deliver, error });
+      if (!stopped) stop = this.pipelines.add(pipelineSource(collection), pipeline as Doc[], { next: deliver, error });
     });
     return () => {
       stopped = true;

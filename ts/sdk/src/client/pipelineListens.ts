@@ -1,5 +1,7 @@
-// Live aggregations: subscriptions with a `pipeline` (one per distinct collection and pipeline,
-// shared by its listeners), the result rows the server keeps current, and their snapshots.
+// Live aggregations: subscriptions with a `pipeline` (one per distinct collection or collection
+// group and pipeline, shared by its listeners), the result rows the server keeps current, and
+// their snapshots. Over a collection group the pipeline's input documents carry `_path` (their
+// full path; ids repeat across the group's collections), as for `aggregate`.
 //
 // Online only: rows come from the server (the local query engine does not evaluate pipelines,
 // and pending writes are not applied to them); a listener gets its first snapshot with the
@@ -35,10 +37,13 @@ export interface AggregateListener {
   error?: (e: Error) => void;
 }
 
+/** What a live aggregation reads: one collection, or a collection group. */
+export type PipelineSource = { collection: string } | { collectionGroup: string };
+
 interface PipelineListen {
   readonly sub: string;
   readonly key: string;
-  readonly collection: string;
+  readonly source: PipelineSource;
   readonly pipeline: Doc[];
   rows?: Doc[];
   seq: number;
@@ -67,12 +72,12 @@ export class PipelineListens {
     return this.bySub.has(sub);
   }
 
-  /** Adds a listener to the listen of (collection, pipeline), made and subscribed if new. */
-  add(collection: string, pipeline: Doc[], listener: AggregateListener): () => void {
-    const key = JSON.stringify([collection, pipeline]);
+  /** Adds a listener to the listen of (source, pipeline), made and subscribed if new. */
+  add(source: PipelineSource, pipeline: Doc[], listener: AggregateListener): () => void {
+    const key = JSON.stringify([source, pipeline]);
     let l = this.byKey.get(key);
     if (l === undefined) {
-      l = { sub: `p${this.nextSub++}`, key, collection, pipeline, seq: 0, listeners: new Set() };
+      l = { sub: `p${this.nextSub++}`, key, source, pipeline, seq: 0, listeners: new Set() };
       this.byKey.set(key, l);
       this.bySub.set(l.sub, l);
       this.subscribe(l);
@@ -96,7 +101,7 @@ export class PipelineListens {
     const msg: SubscribeMessage = {
       op: "subscribe",
       sub: l.sub,
-      collection: l.collection,
+      ...l.source,
       pipeline: l.pipeline,
       ...this.link.minSeq(),
     };

@@ -20,8 +20,8 @@
 //! connections close (their clients reconnect and subscribe under the new rules). A live
 //! aggregation (`pipeline` instead of the query members) has the rule ANDed into its head
 //! `$match` the same way, before anything is aggregated (`pipeline_subscription`). A
-//! collection-group subscription has each collection's rule ANDed in for that collection's
-//! documents (`query::UserRestrict`, `start_group_subscription`).
+//! collection-group subscription, a query or a pipeline, has each collection's rule ANDed in
+//! for that collection's documents (`query::UserRestrict`, `start_group_subscription`).
 
 pub mod conn;
 pub mod session;
@@ -110,28 +110,40 @@ fn resumable(
     Some(r)
 }
 
-/// Why a live aggregation over a collection group is refused.
-pub(crate) const GROUP_PIPELINE: &str = "live aggregations over a collection group are not \
-     supported: subscribe to the group's query, or aggregate it with POST /v1/aggregate";
-
 /// Hands a collection-group subscription to the engine: an end user's read rule is ANDed in
 /// per collection (`query::UserRestrict`), and such a view is shared only by subscriptions of
-/// the same user under the same rules.
+/// the same user under the same rules. With `pipeline` it is a live aggregation over the
+/// group: its head query runs over the group as the pull aggregation's does (documents with
+/// `_path`, each collection's rule ANDed into the head `$match`), and the view is shared by
+/// subscriptions of the same group, pipeline and (for end users) reader.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn start_group_subscription(
     st: &AppState,
     principal: &Principal,
     group: String,
     parts: QueryParts,
+    pipeline: Option<Vec<serde_json::Value>>,
     sub: String,
     resume_from: Option<u64>,
     sink: std::sync::Arc<dyn herald_db::live::Sink>,
 ) -> Result<(), ApiError> {
     herald_db::check_group(&group)?;
-    let (query, key) = subscription_key(&format!("*/{group}"), &parts)?;
+    let scope = format!("*/{group}");
+    let (query, filter, plan, key) = match pipeline {
+        None => {
+            let (query, key) = subscription_key(&scope, &parts)?;
+            (query, parts.filter.clone(), None, key)
+        }
+        Some(stages) => {
+            only_pipeline(&parts)?;
+            let (plan, filter, spec) = live_pipeline(stages)?;
+            let key = pipeline_key(&scope, &filter, &spec);
+            (plan.head().clone(), filter, Some(plan), key)
+        }
+    };
     let (restrict, key) = match principal.user() {
         Some(user) => {
-            let r =
-                crate::api::query::UserRestrict::new(st, user, parts.filter.clone(), query.clone());
+            let r = crate::api::query::UserRestrict::new(st, user, filter, query.clone());
             let who = format!("{key}\nrules {} user {:?}", st.auth.rules_seq(), user.ctx);
             (
                 Some(std::sync::Arc::new(r) as std::sync::Arc<dyn herald_db::Restrict>),
@@ -148,7 +160,13 @@ pub(crate) fn start_group_subscription(
         resume_from,
         sink,
     };
-    Ok(st.live.subscribe_group(&group, req, restrict)?)
+    match plan {
+        None => st.live.subscribe_group(&group, req, restrict)?,
+        Some(plan) => st
+            .live
+            .subscribe_group_pipeline(&group, req, restrict, plan)?,
+    }
+    Ok(())
 }
 
 /// A subscription's query, and its sharing key (equal keys share one engine view).
@@ -195,6 +213,61 @@ fn pipeline_subscription(
     parts: &QueryParts,
     stages: Vec<serde_json::Value>,
 ) -> Result<(Query, std::sync::Arc<LivePipeline>, String), ApiError> {
+    only_pipeline(parts)?;
+    herald_db::check_collection(collection)?;
+    let (plan, filter, spec) = live_pipeline(stages)?;
+    let mut head = plan.head().clone();
+    // The head filter as JSON, so a read rule is ANDed in exactly as for a query.
+    let mut parts = QueryParts {
+        filter,
+        ..QueryParts::default()
+    };
+    if let Some(user) = principal.user() {
+        crate::api::query::restrict(st, &mut parts, collection, user)?;
+        head.filter = crate::api::query::query_of(&parts)?.filter;
+    }
+    let key = pipeline_key(collection, &parts.filter, &spec);
+    Ok((head, plan, key))
+}
+
+/// A live pipeline: the checked pipeline, its head `$match` as JSON (for a read rule to be
+/// ANDed into) and the stages as JSON.
+fn live_pipeline(
+    stages: Vec<serde_json::Value>,
+) -> Result<
+    (
+        std::sync::Arc<LivePipeline>,
+        Option<serde_json::Value>,
+        serde_json::Value,
+    ),
+    ApiError,
+> {
+    let spec = serde_json::Value::Array(stages);
+    let lib = |e: herald_query::QueryError| ApiError::lib(e.code(), e.to_string());
+    let plan = LivePipeline::new(Pipeline::parse(&spec).map_err(lib)?).map_err(lib)?;
+    let filter = match plan.pipeline().stages().first() {
+        Some(Stage::Match(_)) => spec[0].get("$match").cloned(),
+        _ => None,
+    };
+    Ok((std::sync::Arc::new(plan), filter, spec))
+}
+
+/// The sharing key of a live pipeline over `scope` with head filter `filter` (a rule ANDed
+/// in). '\u{1}' cannot start a collection path (control characters are refused), so no
+/// query's key (`{scope}\n...`) is ever a pipeline's.
+fn pipeline_key(
+    scope: &str,
+    filter: &Option<serde_json::Value>,
+    spec: &serde_json::Value,
+) -> String {
+    format!(
+        "\u{1}pipeline\n{scope}\n{}",
+        json!([crate::api::query::or_null(filter), spec])
+    )
+}
+
+/// A subscription takes either `pipeline` or the query members, not both (`bad_query`).
+fn only_pipeline(parts: &QueryParts) -> Result<(), ApiError> {
     let QueryParts {
         filter,
         sort,
@@ -226,30 +299,7 @@ fn pipeline_subscription(
              limit, projection, startAt, startAfter, endAt, endBefore), not both",
         ));
     }
-    herald_db::check_collection(collection)?;
-    let spec = serde_json::Value::Array(stages);
-    let lib = |e: herald_query::QueryError| ApiError::lib(e.code(), e.to_string());
-    let plan = LivePipeline::new(Pipeline::parse(&spec).map_err(lib)?).map_err(lib)?;
-    let mut head = plan.head().clone();
-    // The head filter as JSON, so a read rule is ANDed in exactly as for a query.
-    let mut parts = QueryParts {
-        filter: match plan.pipeline().stages().first() {
-            Some(Stage::Match(_)) => spec[0].get("$match").cloned(),
-            _ => None,
-        },
-        ..QueryParts::default()
-    };
-    if let Some(user) = principal.user() {
-        crate::api::query::restrict(st, &mut parts, collection, user)?;
-        head.filter = crate::api::query::query_of(&parts)?.filter;
-    }
-    // '\u{1}' cannot start a collection path (control characters are refused), so no query's
-    // key (`{collection}\n...`) is ever a pipeline's.
-    let key = format!(
-        "\u{1}pipeline\n{collection}\n{}",
-        json!([crate::api::query::or_null(&parts.filter), spec])
-    );
-    Ok((head, std::sync::Arc::new(plan), key))
+    Ok(())
 }
 
 /// Refuses a request whose `Origin` is not allowed (`--allowed-origins`); requests without an

@@ -10,7 +10,7 @@ use crate::api::live::conn::{encode, Conn};
 use crate::api::live::session::reached;
 use crate::api::live::{
     check_origin, pipeline_subscription, reset, resumable, start_group_subscription, subscription,
-    token_expired, GROUP_PIPELINE, HEARTBEAT, SLOW_CONSUMER,
+    token_expired, HEARTBEAT, SLOW_CONSUMER,
 };
 use crate::auth::Principal;
 use crate::state::AppState;
@@ -101,9 +101,6 @@ pub async fn sse(
             .into_response()
         }
         (Some(c), None) => c,
-        (None, Some(_)) if pipeline.is_some() => {
-            return ApiError::new(ErrorCode::BadQuery, GROUP_PIPELINE).into_response()
-        }
         (None, Some(_)) => String::new(),
         (None, None) => {
             return ApiError::new(
@@ -113,20 +110,28 @@ pub async fn sse(
             .into_response()
         }
     };
-    let (query, plan, key) = match pipeline {
-        _ if group.is_some() => (herald_query::Query::default(), None, String::new()),
-        Some(stages) => match pipeline_subscription(&st, &principal, &collection, &parts, stages) {
-            Ok((head, plan, key)) => (head, Some(plan), key),
-            Err(e) => return e.into_response(),
-        },
-        None => {
+    // A group's subscription (query or pipeline) is built by `start_group_subscription`.
+    let (query, plan, key, group_pipeline) = match (pipeline, &group) {
+        (pipeline, Some(_)) => (
+            herald_query::Query::default(),
+            None,
+            String::new(),
+            pipeline,
+        ),
+        (Some(stages), None) => {
+            match pipeline_subscription(&st, &principal, &collection, &parts, stages) {
+                Ok((head, plan, key)) => (head, Some(plan), key, None),
+                Err(e) => return e.into_response(),
+            }
+        }
+        (None, None) => {
             if let Some(user) = principal.user() {
                 if let Err(e) = crate::api::query::restrict(&st, &mut parts, &collection, user) {
                     return e.into_response();
                 }
             }
             match subscription(&collection, &parts) {
-                Ok((query, key)) => (query, None, key),
+                Ok((query, key)) => (query, None, key, None),
                 Err(e) => return e.into_response(),
             }
         }
@@ -152,6 +157,7 @@ pub async fn sse(
             &principal,
             g,
             parts,
+            group_pipeline,
             SUB.into(),
             resume_from,
             conn.sink.clone(),

@@ -522,9 +522,6 @@ fn subscribe(
         ));
     }
     if let Some(group) = group {
-        if pipeline.is_some() {
-            return fail(ApiError::new(ErrorCode::BadQuery, super::GROUP_PIPELINE));
-        }
         let resume_from = resumable(st, principal, resume_from, &sub, &conn.sink);
         let sink = conn.sink.clone();
         return match super::start_group_subscription(
@@ -532,6 +529,7 @@ fn subscribe(
             principal,
             group,
             parts,
+            pipeline,
             sub.clone(),
             resume_from,
             sink,

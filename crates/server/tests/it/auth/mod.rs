@@ -7,6 +7,7 @@ mod groups;
 mod http;
 mod live;
 mod live_agg;
+mod live_agg_group;
 mod rules;
 
 use crate::common::{self, Resp, Server};
