@@ -18,7 +18,7 @@ ERROR_CODES = {
     "numeric_overflow", "bad_pipeline",
 }
 QUERY_KEYS = {"filter", "sort", "skip", "limit", "projection", "startAt", "startAfter", "endAt", "endBefore"}
-QUERY_CASE_KEYS = {"name", "note", "docs", "query", "expect", "expectDocs", "error"}
+QUERY_CASE_KEYS = {"name", "note", "group", "docs", "query", "expect", "expectDocs", "error"}
 UPDATE_CASE_KEYS = {"name", "note", "doc", "update", "now", "expect", "error"}
 UPSERT_CASE_KEYS = {"name", "note", "filter", "update", "upsert", "expect", "error"}
 PIPELINE_CASE_KEYS = {"name", "note", "docs", "pipeline", "expectDocs", "error"}
@@ -36,22 +36,30 @@ def check_query_case(case, where, problems):
     extra = set(case) - QUERY_CASE_KEYS
     if extra:
         problems.append("%s: unknown keys %s" % (where, sorted(extra)))
+    # A collection-group case: ids may repeat, each document has a unique string `_path`, and
+    # `expect` lists `_path`s.
+    group = case.get("group", False)
+    if group is not True and "group" in case:
+        problems.append("%s: group must be true when given" % where)
+    key = "_path" if group is True else "_id"
     docs = case.get("docs")
     if not isinstance(docs, list):
         problems.append("%s: docs must be an array" % where)
         docs = []
     ids = []
+    order = {}
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict):
             problems.append("%s: docs[%d] is not an object" % (where, i))
             continue
-        if not isinstance(doc.get("_id"), str):
-            problems.append("%s: docs[%d] has no string _id" % (where, i))
+        if not isinstance(doc.get("_id"), str) or not isinstance(doc.get(key), str):
+            problems.append("%s: docs[%d] has no string %s" % (where, i, key))
             continue
-        ids.append(doc["_id"])
+        ids.append(doc[key])
+        order[doc[key]] = (doc["_id"].encode("utf-8"), doc[key].encode("utf-8"))
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
-        problems.append("%s: duplicate _id values %s" % (where, dup))
+        problems.append("%s: duplicate %s values %s" % (where, key, dup))
     query = case.get("query")
     if not isinstance(query, dict):
         problems.append("%s: query must be an object" % where)
@@ -68,16 +76,16 @@ def check_query_case(case, where, problems):
     if "expect" in case:
         exp = case["expect"]
         if not isinstance(exp, list) or not all(isinstance(x, str) for x in exp):
-            problems.append("%s: expect must be an array of string _ids" % where)
+            problems.append("%s: expect must be an array of string %ss" % (where, key))
         else:
             unknown = [x for x in exp if x not in ids]
             if unknown:
-                problems.append("%s: expect names unknown _ids %s" % (where, unknown))
+                problems.append("%s: expect names unknown %ss %s" % (where, key, unknown))
             if len(set(exp)) != len(exp):
-                problems.append("%s: expect repeats an _id" % where)
+                problems.append("%s: expect repeats an %s" % (where, key))
             q = query if isinstance(query, dict) else {}
             plain = not any(k in q for k in ("sort", "skip", "limit", "startAt", "startAfter", "endAt", "endBefore"))
-            if plain and exp != sorted(exp, key=lambda s: s.encode("utf-8")):
+            if plain and not unknown and exp != sorted(exp, key=lambda s: order[s]):
                 problems.append("%s: without sort/skip/limit, expect must be in _id order" % where)
     if "expectDocs" in case:
         if not isinstance(case["expectDocs"], list) or not all(isinstance(x, dict) for x in case["expectDocs"]):

@@ -20,11 +20,22 @@ pub fn eval(req: &Value) -> Value {
     }
     if let Some(docs) = req.get("docs") {
         let docs = docs.as_array().cloned().unwrap_or_default();
-        let query = match Query::parse(req.get("query").unwrap_or(&Value::Null)) {
+        // A collection-group case: cursors and order are the group's, results known by `_path`.
+        let group = req.get("group").and_then(Value::as_bool) == Some(true);
+        let spec = req.get("query").unwrap_or(&Value::Null);
+        let parsed = match group {
+            true => Query::parse_group(spec).map(|mut q| {
+                q.sort = q.sort.for_group();
+                q
+            }),
+            false => Query::parse(spec),
+        };
+        let query = match parsed {
             Ok(q) => q,
             Err(e) => return error(e.code(), &e.to_string()),
         };
-        let ids_of = |d: &Value| d.get("_id").cloned().unwrap_or(Value::Null);
+        let key = if group { "_path" } else { "_id" };
+        let ids_of = |d: &Value| d.get(key).cloned().unwrap_or(Value::Null);
         // Ids come from the unprojected result so projections that drop _id can still be checked.
         let mut unprojected = query.clone();
         unprojected.projection = herald_query::Projection::all();

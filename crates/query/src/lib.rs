@@ -33,7 +33,7 @@ pub use filter::{CmpOp, Expr, FieldExpr, FieldOp, Filter, InList, Test, TypeSet}
 pub use projection::Projection;
 pub use query::Query;
 pub use regex::Pattern;
-pub use sort::{Sort, SortKey};
+pub use sort::{Sort, SortKey, PATH_MEMBER};
 pub use sortkey::{Direction, KeyValue};
 pub use update::Update;
 pub use walk::{walk, LeafArrays};

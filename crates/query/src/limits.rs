@@ -17,6 +17,9 @@ pub const REGEX_DFA_BYTES_MAX: usize = 2 << 20;
 pub const SORT_KEYS_MAX: usize = 32;
 /// Longest document id a cursor's `_id` value may hold, in bytes (the database's longest id).
 pub const CURSOR_ID_BYTES_MAX: usize = 256;
+/// Longest full document path (`collection/id`) a collection-group cursor's `_path` value may
+/// hold, in bytes: the database's longest collection path (1024), a slash, its longest id.
+pub const CURSOR_PATH_BYTES_MAX: usize = 1024 + 1 + CURSOR_ID_BYTES_MAX;
 /// Most fields in one projection.
 pub const PROJECTION_FIELDS_MAX: usize = 256;
 /// Most field paths in one update.

@@ -46,6 +46,16 @@ impl Query {
     /// "startAt" | "startAfter": [...], "endAt" | "endBefore": [...]}`.
     /// Every member is optional; unknown members are refused so typos do not pass silently.
     pub fn parse(spec: &Value) -> Result<Query, QueryError> {
+        Query::parse_as(spec, false)
+    }
+
+    /// [`parse`](Query::parse) for a collection-group query, whose cursors are positions in
+    /// the group's order ([`with_group_cursors`](Query::with_group_cursors)).
+    pub fn parse_group(spec: &Value) -> Result<Query, QueryError> {
+        Query::parse_as(spec, true)
+    }
+
+    fn parse_as(spec: &Value, group: bool) -> Result<Query, QueryError> {
         let Value::Object(m) = spec else {
             return Err(QueryError::BadQuery("a query must be an object".into()));
         };
@@ -62,20 +72,32 @@ impl Query {
         }
         let null = Value::Null;
         let get = |k: &str| m.get(k).unwrap_or(&null);
-        Query::from_parts(
+        let q = Query::from_parts(
             get("filter"),
             get("sort"),
             get("skip"),
             get("limit"),
             get("projection"),
-        )?
-        .with_cursors(CURSOR_MEMBERS.map(get))
+        )?;
+        match group {
+            true => q.with_group_cursors(CURSOR_MEMBERS.map(get)),
+            false => q.with_cursors(CURSOR_MEMBERS.map(get)),
+        }
     }
 
     /// Sets the cursors from `startAt`, `startAfter`, `endAt` and `endBefore` (`null` for an
     /// absent one), checked against the query's sort.
     pub fn with_cursors(mut self, members: [&Value; 4]) -> Result<Query, QueryError> {
         self.cursors = Cursors::parse(&self.sort, members)?;
+        Ok(self)
+    }
+
+    /// Sets the cursors of a collection-group query (`null` for an absent one), checked against
+    /// the group's order: the sort, then `_path` in the direction of `_id`
+    /// ([`Cursors::parse_group`]). Such cursors are exact only on documents that carry `_path`,
+    /// evaluated in the group's order ([`Sort::for_group`]).
+    pub fn with_group_cursors(mut self, members: [&Value; 4]) -> Result<Query, QueryError> {
+        self.cursors = Cursors::parse_group(&self.sort, members)?;
         Ok(self)
     }
 

@@ -11,6 +11,11 @@ use crate::sortkey::{sort_key, Direction, KeyValue};
 use herald_value::{FieldPath, Num, Value};
 use std::cmp::Ordering;
 
+/// The member of a collection-group result document that holds its full path
+/// (`collection/id`): the last key of a group's order ([`Sort::for_group`]), since ids repeat
+/// across collections.
+pub const PATH_MEMBER: &str = "_path";
+
 #[derive(Debug, Clone)]
 pub struct SortKey {
     pub path: FieldPath,
@@ -92,6 +97,17 @@ impl Sort {
     pub fn then_by(mut self, path: FieldPath, dir: Direction) -> Sort {
         self.keys.push(SortKey { path, dir });
         self
+    }
+
+    /// A collection group's result order: this sort, then `_path` in the direction of `_id`.
+    pub fn for_group(&self) -> Sort {
+        let dir = self
+            .keys
+            .iter()
+            .find(|k| k.path.as_str() == "_id")
+            .map_or(Direction::Asc, |k| k.dir);
+        self.clone()
+            .then_by(FieldPath::parse(PATH_MEMBER).expect("a valid path"), dir)
     }
 
     /// Compares two documents in result order. A value that is not a document has null keys.

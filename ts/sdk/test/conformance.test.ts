@@ -25,9 +25,11 @@ type Answer = { error: string; message: string } | { ids: Value[]; docs: Value[]
 function evalCase(c: Doc): Answer {
   try {
     if (c.docs !== undefined) {
-      const q = Query.parse(c.query ?? null);
+      // A collection-group case: cursors in the group's order, results known by `_path`.
+      const group = c.group === true;
+      const q = group ? Query.parseGroup(c.query ?? null) : Query.parse(c.query ?? null);
       const docs = c.docs as Doc[];
-      const ids = q.run(docs, false).map((d) => (d as Doc)._id ?? null);
+      const ids = q.run(docs, false).map((d) => (d as Doc)[group ? "_path" : "_id"] ?? null);
       return { ids, docs: q.run(docs) };
     }
     const u = Update.parse(c.update ?? null);

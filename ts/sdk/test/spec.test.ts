@@ -153,6 +153,47 @@ test("update operators apply locally and move the document at once", async () =>
   assert.equal((await h.get(h.doc(`${c}/a`))).data?.n, 6);
 });
 
+test("collection groups with cursors: pages after a full path, and a listen applies the cursor to local writes", async () => {
+  const { h, c } = await setup();
+  const g = `${c}g`;
+  for (const r of ["r1", "r2", "r3"]) await put(`rooms/${r}/${g}`, "a", { n: 1 });
+  await put(g, "b", { n: 2 });
+  const q = (spec: object) => h.query(h.collectionGroup(g), { sort: { n: 1 }, ...spec });
+  const page = await h.get(q({ startAfter: [1, "a", `rooms/r1/${g}/a`], limit: 2 }));
+  assert.deepEqual(
+    page.docs.map((d) => d.path),
+    [`rooms/r2/${g}/a`, `rooms/r3/${g}/a`],
+  );
+  const last = page.docs[1];
+  const next = await h.get(q({ startAfter: [last.data?.n, last.id, last.path], limit: 2 }));
+  assert.deepEqual(
+    next.docs.map((d) => d.path),
+    [`${g}/b`],
+  );
+  const r = new Recorder();
+  h.onSnapshot(q({ startAfter: [1, "a", `rooms/r2/${g}/a`] }), r.next, r.error);
+  let s = await r.take();
+  assert.deepEqual(
+    s.snap.docs.map((d) => d.path),
+    [`rooms/r3/${g}/a`, `${g}/b`],
+  );
+  // A local write at the cursor's (n, _id) before its path stays out; one after it enters.
+  await h.set(h.doc(`rooms/r0/${g}/a`), { n: 1 });
+  const w = h.set(h.doc(`rooms/r9/${g}/a`), { n: 1 });
+  s = await r.until((x) => x.snap.docs.length === 3);
+  assert.deepEqual(
+    s.snap.docs.map((d) => d.path),
+    [`rooms/r3/${g}/a`, `rooms/r9/${g}/a`, `${g}/b`],
+  );
+  await w;
+  const confirmed = await h.get(q({ startAfter: [1, "a", `rooms/r2/${g}/a`] }));
+  assert.deepEqual(
+    confirmed.docs.map((d) => d.path),
+    [`rooms/r3/${g}/a`, `rooms/r9/${g}/a`, `${g}/b`],
+  );
+  await r.quiet();
+});
+
 test("a listen with a cursor: documents enter and leave as their sort keys cross it, locally too", async () => {
   const { h, c } = await setup();
   for (const [id, n] of [["a", 1], ["b", 2], ["c", 3], ["d", 4]] as const) await put(c, id, { n });

@@ -259,3 +259,85 @@ test("a query's cursors are sent to the server", async () => {
   assert.throws(() => h.query("c", { startAt: 5 as unknown as unknown[] }), (e: unknown) => (e as { code?: string }).code === "bad_query");
   await h.close();
 });
+
+/** Rooms r0..r3 with messages m0..m5 (`ts` = the message's number): every (ts, _id) repeats
+ * in each room, so only `_path` orders the ties. */
+function groupDocs(): Doc[] {
+  const docs: Doc[] = [];
+  for (let r = 0; r < 4; r++)
+    for (let m = 0; m < 6; m++) docs.push({ _id: `m${m}`, ts: m, _path: `rooms/r${r}/messages/m${m}` });
+  return docs;
+}
+
+test("group cursors: positions in the group's order (sort, _id, _path), exact on ties of _id", () => {
+  const docs = groupDocs();
+  const random = rng(7);
+  for (const sort of [{ ts: -1 }, { ts: 1, _id: -1 }, undefined]) {
+    const q = Query.parseGroup({ sort });
+    const order = q.order.sort(docs.filter((d) => q.matches(d)));
+    assert.equal(order.length, docs.length);
+    const position = (d: Doc) => [...q.order.keys.map((k) => d[k.path.dotted] as unknown)];
+    for (let i = 0; i < 40; i++) {
+      const k = Math.floor(random() * order.length);
+      const at = position(order[k]);
+      const paths = (spec: object) =>
+        q.order
+          .sort(docs.filter((d) => Query.parseGroup({ sort, ...spec }).matches(d)))
+          .map((d) => d._path);
+      const want = order.map((d) => d._path);
+      assert.deepEqual(paths({ startAt: at }), want.slice(k));
+      assert.deepEqual(paths({ startAfter: at }), want.slice(k + 1));
+      assert.deepEqual(paths({ endAt: at }), want.slice(0, k + 1));
+      assert.deepEqual(paths({ endBefore: at }), want.slice(0, k));
+      // Without the path, a cursor covers the (sort, _id) tie in every collection.
+      const tie = order.filter((d) => q.sort.compare(d, order[k]) === 0).map((d) => d._path);
+      assert.equal(tie.length, 4);
+      assert.deepEqual(paths({ startAfter: at.slice(0, -1) }), want.slice(want.indexOf(tie[3]) + 1));
+    }
+  }
+  const bad = (spec: object, says: string) =>
+    assert.throws(
+      () => Query.parseGroup(spec),
+      (e: unknown) => (e as { code?: string }).code === "bad_query" && String((e as Error).message).includes(says),
+    );
+  bad({ sort: { ts: 1 }, startAt: [1, "m1", "rooms/r0/messages/m1", 4] }, "then a _path");
+  bad({ sort: { ts: 1 }, startAfter: [1, "m1", 7] }, "for _path");
+  bad({ endBefore: ["m1", ""] }, "for _path");
+  // A collection query's cursor still ends at the `_id`.
+  assert.throws(() => Query.parse({ sort: { ts: 1 }, startAt: [1, "m1", "rooms/r0/messages/m1"] }));
+});
+
+test("a group query with a cursor is answered offline from the cache, in the group's order", async () => {
+  let online = true;
+  const bodies: unknown[] = [];
+  const fetch = (async (url: string | URL | Request, init?: RequestInit) => {
+    assert.match(String(url), /\/v1\/query$/);
+    if (typeof init?.body === "string") bodies.push(JSON.parse(init.body));
+    if (!online) throw new TypeError("fetch failed");
+    return new Response(JSON.stringify({ docs: groupDocs(), seq: 1 }), { status: 200, headers: { "content-type": "application/json" } });
+  }) as typeof globalThis.fetch;
+  const h = connect({ url: "http://127.0.0.1:1", fetch, WebSocket: SilentSocket });
+  try {
+    await groupPageOffline(h, () => (online = false), bodies);
+  } finally {
+    await h.close();
+  }
+});
+
+async function groupPageOffline(h: ReturnType<typeof connect>, offline: () => void, bodies: unknown[]): Promise<void> {
+  const all = await h.get(h.query(h.collectionGroup("messages")));
+  assert.equal(all.docs.length, 24);
+  offline();
+  const spec = { sort: { ts: -1 as const }, startAfter: [4, "m4", "rooms/r1/messages/m4"], limit: 3 };
+  const page = await h.get(h.query(h.collectionGroup("messages"), spec));
+  assert.deepEqual(bodies.at(-1), { collectionGroup: "messages", ...spec });
+  assert.equal(page.metadata.fromCache, true);
+  assert.deepEqual(
+    page.docs.map((d) => d.path),
+    ["rooms/r2/messages/m4", "rooms/r3/messages/m4", "rooms/r0/messages/m3"],
+  );
+  assert.throws(
+    () => h.query(h.collectionGroup("messages"), { startAt: ["m1", 3] }),
+    (e: unknown) => (e as { code?: string }).code === "bad_query",
+  );
+}

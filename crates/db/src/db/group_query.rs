@@ -140,8 +140,8 @@ impl Db {
 }
 
 /// A group query may not name `_path` in its filter or sort: it is the result's path, not a
-/// stored field (a stored member of that name is replaced in group results). Cursors are not
-/// offered on groups yet (their `_id` tie-break would need `_path` too).
+/// stored field (a stored member of that name is replaced in group results). Its cursors are
+/// positions in the group's order and may end with a `_path` (`Query::with_group_cursors`).
 pub fn check_group_query(query: &Query) -> Result<(), DbError> {
     fn named(p: &str) -> bool {
         p == "_path" || p.starts_with("_path.")
@@ -152,14 +152,6 @@ pub fn check_group_query(query: &Query) -> Result<(), DbError> {
             Expr::Field(f) => named(f.path.as_str()),
             Expr::Const(_) => false,
         }
-    }
-    if !query.cursors.is_none() {
-        return Err(DbError::Query(QueryError::BadQuery(
-            "cursors (startAt, startAfter, endAt, endBefore) are not supported on \
-             collection-group queries yet: page with skip and limit, or by a filter on the sort \
-             field"
-                .into(),
-        )));
     }
     if query.sort.keys().iter().any(|k| named(k.path.as_str())) || in_filter(query.filter.expr()) {
         return Err(DbError::Query(QueryError::BadQuery(

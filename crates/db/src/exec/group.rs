@@ -10,15 +10,22 @@
 //! whole. Either way, a document is a match only if the query for its own collection matches
 //! it: with [`Restrict`] (an end user's read rules) that is the query ANDed with the rule of
 //! that collection, so hidden documents never count towards skip or limit.
+//!
+//! Cursors are positions in the group's order (`Cursors::parse_group`: the sort's values, an
+//! `_id`, a `_path`), applied exactly to every document with its `_path`. An index scan's
+//! bounds ignore the `_path` (`planner/cursor.rs` narrows to the `_id`: a superset, the fetch
+//! decides); in a merge each collection runs the cursors in its own order, exactly
+//! (`Cursors::in_collection`: the `_path` decides only that collection's document at the
+//! cursor's `_id`, so it becomes the bound's inclusiveness).
 
 use super::ordered::{self, GroupFetch};
 use super::{candidates, execute, Budget, Collector, Examined, QUERY_DOCS_MAX};
 use crate::error::DbError;
 use crate::layout::{decode_doc, doc_key, split_group_suffix};
 use crate::planner::{choose, Plan, PlanDescription};
-use herald_query::{Direction, Projection, Query};
+use herald_query::{Projection, Query};
 use herald_storage::{ReadTxn, Table};
-use herald_value::{FieldPath, Value};
+use herald_value::Value;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -26,8 +33,7 @@ use std::sync::Arc;
 /// it the query is refused with advice to declare a collection-group index.
 pub const GROUP_COLLECTIONS_MAX: usize = 10_000;
 
-/// The member of a group result document that holds its full path.
-pub const PATH_MEMBER: &str = "_path";
+pub use herald_query::PATH_MEMBER;
 
 /// Which documents of a collection group a reader may see.
 pub trait Restrict: Send + Sync {
@@ -48,18 +54,11 @@ pub enum GroupPlan {
 
 /// The query as a group runs it: its sort then `_path` (in the direction of `_id`), no
 /// projection (applied at the end, with `_path` put back).
+/// Its cursors are the group query's (parsed against that order), so `matches` decides them
+/// exactly on a document with `_path`.
 pub fn group_query(q: &Query) -> Query {
     let mut g = q.clone();
-    let dir = q
-        .sort
-        .keys()
-        .iter()
-        .find(|k| k.path.as_str() == "_id")
-        .map_or(Direction::Asc, |k| k.dir);
-    g.sort = g
-        .sort
-        .clone()
-        .then_by(FieldPath::parse(PATH_MEMBER).expect("a valid path"), dir);
+    g.sort = q.sort.for_group();
     g.projection = Projection::all();
     g
 }
@@ -142,7 +141,11 @@ pub fn execute_group(
         };
         ex.docs += 1;
         let (_, doc) = decode_doc(&v)?;
-        Ok(vq.filter.matches(&doc).then(|| with_path(doc, coll, id)))
+        if !vq.filter.matches(&doc) {
+            return Ok(None);
+        }
+        let doc = with_path(doc, coll, id);
+        Ok(gq.cursors.admits(&gq.sort, &doc).then_some(doc))
     };
     let (in_order, description) = match plan {
         GroupPlan::Index(Plan::Ordered(o)) => {
@@ -169,6 +172,7 @@ pub fn execute_group(
                 };
                 let mut cq = (*vq).clone();
                 cq.skip = 0;
+                cq.cursors = q.cursors.in_collection(&gq.sort, coll);
                 cq.limit = window;
                 cq.projection = Projection::all();
                 let chosen = choose(read, coll, &cq, plans_for(coll, &cq))?;

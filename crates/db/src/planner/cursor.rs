@@ -8,7 +8,10 @@
 //! bounds may hold the cursor's own entry (and ids extending its id): the executor applies the
 //! cursors exactly to every document it fetches (`Query::matches`), so a bound only has to keep
 //! every document inside the cursors. A cursor that leaves out the null-or-missing group also
-//! drops the collection scan that reads it (`nulls_by_scan`).
+//! drops the collection scan that reads it (`nulls_by_scan`). A collection-group cursor's last
+//! value, a `_path` after the id, is not used: the bounds keep the id's whole tie (a group
+//! index's entries end `id 0x00 path`, all of them extending the id) and the group's fetch
+//! applies the cursor exactly (`exec/group.rs`).
 
 use super::{OrderedScan, Stream};
 use crate::layout::prefix_end;

@@ -4,7 +4,7 @@
 //! windowed, projected by herald-query's evaluation), with and without a per-collection read
 //! restriction; the group index serves "newest N with author X across all rooms" in ~N keys;
 //! and live group subscriptions equal the pull group query after every batch, including
-//! collections created after they subscribed.
+//! collections created after they subscribed. Cursors on groups: `group_cursors.rs`.
 //!
 //! `HERALD_PROPTEST_CASES` sets the number of pull cases (default 48).
 
@@ -12,7 +12,6 @@ use crate::live_engine::{client_state, TestSink};
 use herald_db::live::{LiveEngine, SubscribeRequest};
 use herald_db::{Db, DbOptions, Durability, IndexState, PlanDescription, Restrict, Write};
 use herald_query::{Direction, Projection, Query};
-use herald_value::FieldPath;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -20,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Collections of group `messages` at several depths, and two that are not in it.
-const COLLS: &[&str] = &[
+pub(crate) const COLLS: &[&str] = &[
     "messages",
     "rooms/r0/messages",
     "rooms/r1/messages",
@@ -31,7 +30,7 @@ const COLLS: &[&str] = &[
 
 const AUTHORS: [&str; 3] = ["ann", "bob", "cy"];
 
-fn open(dir: &std::path::Path) -> Db {
+pub(crate) fn open(dir: &std::path::Path) -> Db {
     let options = DbOptions {
         durability: Durability::NoSync,
         ..DbOptions::default()
@@ -39,7 +38,7 @@ fn open(dir: &std::path::Path) -> Db {
     Db::open(dir, options).unwrap()
 }
 
-fn put(c: &str, id: &str, doc: Value) -> Write {
+pub(crate) fn put(c: &str, id: &str, doc: Value) -> Write {
     Write::Put {
         collection: c.into(),
         id: id.into(),
@@ -48,7 +47,7 @@ fn put(c: &str, id: &str, doc: Value) -> Write {
     }
 }
 
-fn group_index(db: &Db, name: &str, fields: &[(&str, i8)]) {
+pub(crate) fn group_index(db: &Db, name: &str, fields: &[(&str, i8)]) {
     let fields = fields
         .iter()
         .map(|(p, d)| {
@@ -63,7 +62,7 @@ fn group_index(db: &Db, name: &str, fields: &[(&str, i8)]) {
     db.create_group_index("messages", name, fields).unwrap();
 }
 
-fn wait_ready(db: &Db) {
+pub(crate) fn wait_ready(db: &Db) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         let all = db.list_group_indexes("messages").unwrap();
@@ -77,8 +76,8 @@ fn wait_ready(db: &Db) {
 
 /// A read restriction as the server builds one: none of `rooms/r1/messages`, and elsewhere
 /// only documents with `n != 1` (ANDed into the query's filter).
-struct Rule {
-    query: Value,
+pub(crate) struct Rule {
+    pub(crate) query: Value,
 }
 
 impl Restrict for Rule {
@@ -89,16 +88,16 @@ impl Restrict for Rule {
         let mut q = self.query.clone();
         let f = q.get("filter").cloned().unwrap_or(json!({}));
         q["filter"] = json!({"$and": [f, {"n": {"$ne": 1}}]});
-        Some(Query::parse(&q).unwrap())
+        Some(Query::parse_group(&q).unwrap())
     }
 }
 
-fn rule_visible(collection: &str, doc: &Value) -> bool {
+pub(crate) fn rule_visible(collection: &str, doc: &Value) -> bool {
     collection != "rooms/r1/messages" && doc.get("n") != Some(&json!(1))
 }
 
 /// The reference: herald-query's evaluation over the group's documents with `_path`.
-fn reference(
+pub(crate) fn reference(
     q: &Query,
     store: &BTreeMap<(String, String), Value>,
     visible: &dyn Fn(&str, &Value) -> bool,
@@ -113,16 +112,7 @@ fn reference(
         })
         .collect();
     let mut gq = q.clone();
-    let dir = q
-        .sort
-        .keys()
-        .iter()
-        .find(|k| k.path.as_str() == "_id")
-        .map_or(Direction::Asc, |k| k.dir);
-    gq.sort = q
-        .sort
-        .clone()
-        .then_by(FieldPath::parse("_path").unwrap(), dir);
+    gq.sort = q.sort.for_group();
     gq.projection = Projection::all();
     gq.run(&docs)
         .into_iter()
@@ -137,7 +127,7 @@ fn reference(
         .collect()
 }
 
-fn body() -> impl Strategy<Value = Value> {
+pub(crate) fn body() -> impl Strategy<Value = Value> {
     (
         prop::option::weighted(0.9, 0i64..5),
         prop::sample::select(vec!["ann", "bob", "cy"]),
@@ -184,9 +174,9 @@ fn query() -> impl Strategy<Value = Value> {
         })
 }
 
-type Op = (usize, u8, Option<Value>);
+pub(crate) type Op = (usize, u8, Option<Value>);
 
-fn apply(db: &Db, store: &mut BTreeMap<(String, String), Value>, ops: &[Op]) {
+pub(crate) fn apply(db: &Db, store: &mut BTreeMap<(String, String), Value>, ops: &[Op]) {
     let mut writes = Vec::new();
     for (c, i, body) in ops {
         let (c, id) = (COLLS[*c].to_string(), format!("d{i}"));
@@ -212,7 +202,7 @@ fn apply(db: &Db, store: &mut BTreeMap<(String, String), Value>, ops: &[Op]) {
     db.commit(writes).unwrap();
 }
 
-fn op() -> impl Strategy<Value = Op> {
+pub(crate) fn op() -> impl Strategy<Value = Op> {
     (0..COLLS.len(), 0u8..6, prop::option::weighted(0.85, body()))
 }
 
@@ -371,11 +361,6 @@ fn wildcards_are_refused_and_point_to_collection_groups() {
         db.query_group("messages", &q, None).unwrap_err().code(),
         "bad_query"
     );
-    // Cursors are not offered on groups (yet).
-    let q = Query::parse(&json!({"sort": {"ts": 1}, "startAfter": [3]})).unwrap();
-    let e = db.query_group("messages", &q, None).unwrap_err();
-    assert_eq!(e.code(), "bad_query");
-    assert!(e.to_string().contains("cursors"), "{e}");
 }
 
 const LIVE_QUERIES: &[&str] = &[
@@ -384,6 +369,8 @@ const LIVE_QUERIES: &[&str] = &[
     r#"{"filter": {"n": {"$gte": 1}}}"#,
     r#"{"filter": {}, "sort": {"n": 1}, "projection": {"n": 1}}"#,
     r#"{"filter": {"author": {"$in": ["ann", "cy"]}}, "sort": {"_id": -1}, "limit": 4}"#,
+    r#"{"sort": {"ts": -1}, "startAfter": [4, "d2", "rooms/r0/messages/d2"], "limit": 3}"#,
+    r#"{"sort": {"ts": 1}, "startAt": [1, "d3"], "endBefore": [4, "d1", "messages/d1"]}"#,
 ];
 
 fn wait_idle(engine: &LiveEngine) {
@@ -428,7 +415,7 @@ fn live_group_subscriptions_equal_the_pull_query_after_every_batch() {
                         SubscribeRequest {
                             sub: "s".into(),
                             collection: String::new(),
-                            query: Query::parse(&qv).unwrap(),
+                            query: Query::parse_group(&qv).unwrap(),
                             key: format!("messages\n{text}\n{restricted}"),
                             resume_from: None,
                             sink: sink.clone(),
@@ -466,7 +453,7 @@ fn live_group_subscriptions_equal_the_pull_query_after_every_batch() {
             }
             wait_idle(&engine);
             for (qv, restricted, sink) in &sinks {
-                let q = Query::parse(qv).unwrap();
+                let q = Query::parse_group(qv).unwrap();
                 let (list, _) = client_state(&sink.msgs.lock().unwrap());
                 let want = match restricted {
                     false => reference(&q, &store, &|_, _| true),

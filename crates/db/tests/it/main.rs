@@ -5,8 +5,8 @@
 //! `live_grid.rs`), the live-query model test
 //! (`live_model.rs`), live aggregations against the pull pipeline (`live_agg_model.rs`),
 //! collection groups (`groups.rs`: every plan against the reference, and live group
-//! subscriptions), trigger queues (`triggers.rs`) and random fault schedules under all of
-//! them (`fault_schedules.rs`).
+//! subscriptions; `group_cursors.rs`: group cursors and paging), trigger queues (`triggers.rs`)
+//! and random fault schedules under all of them (`fault_schedules.rs`).
 //!
 //! The modules' tests run in parallel threads of one process: nothing here may set environment
 //! variables or other process-wide state.
@@ -15,6 +15,7 @@ mod aggregate;
 mod db;
 mod fault_schedules;
 mod group_aggregate;
+mod group_cursors;
 mod groups;
 mod live_agg_model;
 mod live_engine;

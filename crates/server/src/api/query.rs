@@ -67,7 +67,7 @@ async fn query_group(
     explain: bool,
 ) -> ApiResult<Json<QueryReply>> {
     herald_db::check_group(&group)?;
-    let q = query_of(&parts)?;
+    let q = group_query_of(&parts)?;
     let restrict = match p.user() {
         Some(_) if explain => {
             return Err(ApiError::new(
@@ -230,6 +230,16 @@ pub fn restrict_with(
 
 /// The query of a request or subscription; absent members are defaults.
 pub fn query_of(parts: &QueryParts) -> Result<Query, ApiError> {
+    parse_parts(parts, false)
+}
+
+/// [`query_of`] for a collection-group query or subscription: its cursors are positions in the
+/// group's order, so they may end with a `_path` after the `_id` (`Query::with_group_cursors`).
+pub fn group_query_of(parts: &QueryParts) -> Result<Query, ApiError> {
+    parse_parts(parts, true)
+}
+
+fn parse_parts(parts: &QueryParts, group: bool) -> Result<Query, ApiError> {
     let get = or_null;
     if !matches!(get(&parts.filter), Value::Null | Value::Object(_)) {
         return Err(ApiError::new(
@@ -245,12 +255,16 @@ pub fn query_of(parts: &QueryParts) -> Result<Query, ApiError> {
         get(&parts.projection),
     )
     .and_then(|q| {
-        q.with_cursors([
+        let members = [
             get(&parts.start_at),
             get(&parts.start_after),
             get(&parts.end_at),
             get(&parts.end_before),
-        ])
+        ];
+        match group {
+            true => q.with_group_cursors(members),
+            false => q.with_cursors(members),
+        }
     })
     .map_err(|e| ApiError::lib(e.code(), e.to_string()))
 }

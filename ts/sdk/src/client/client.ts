@@ -169,7 +169,8 @@ export class Herald {
 
   /** A query; throws QueryError at once if the filter, sort or projection is malformed. */
   query(collection: CollectionRef | CollectionGroupRef | string, spec: QuerySpec = {}): QueryRef {
-    if (collection instanceof CollectionGroupRef) return new QueryRef("", spec, Query.parse(spec), collection.name);
+    if (collection instanceof CollectionGroupRef)
+      return new QueryRef("", spec, Query.parseGroup(spec), collection.name);
     const path = typeof collection === "string" ? collection : collection.path;
     return new QueryRef(path, spec, Query.parse(spec));
   }

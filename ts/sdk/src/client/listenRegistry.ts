@@ -332,7 +332,8 @@ export class ListenRegistry {
       const p = compareStrings(String(a._path), String(b._path));
       return idDesc ? -p : p;
     };
-    let list = [...cand.values()].filter((d) => q.filter.matches(d)).sort(order);
+    // The filter, and the cursors in the group's order (each candidate carries `_path`).
+    let list = [...cand.values()].filter((d) => q.matches(d)).sort(order);
     if (fromServer) {
       // As for a collection: the server applied skip and limit; local writes only reorder,
       // add or drop within the window.

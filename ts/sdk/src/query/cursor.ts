@@ -2,8 +2,10 @@
 // array of values in the order of the sort keys (a prefix of them), optionally followed by an
 // `_id` for the tie-break every sort ends with. A value is compared with the document's sort key
 // (arrays by their smallest element ascending, largest descending) in the key's direction.
-import { CURSOR_ID_BYTES_MAX, QueryError } from "./errors.js";
-import { order, type KeyValue, type Sort } from "./sort.js";
+// A collection-group query's cursors are positions in the group's order (the sort, `_id`, then
+// `_path`), so they may end with a document's full path (`Cursors.parseGroup`).
+import { CURSOR_ID_BYTES_MAX, CURSOR_PATH_BYTES_MAX, QueryError } from "./errors.js";
+import { order, PATH_MEMBER, type KeyValue, type Sort } from "./sort.js";
 import type { Value } from "./value.js";
 
 /** One bound: its values, and whether documents equal to it are inside (`startAt`, `endAt`). */
@@ -28,6 +30,12 @@ export class Cursors {
       oneOf(sort, ["startAt", spec.startAt], ["startAfter", spec.startAfter]),
       oneOf(sort, ["endAt", spec.endAt], ["endBefore", spec.endBefore]),
     );
+  }
+
+  /** Parses the cursors of a collection-group query against the group's order
+   * (`sort.forGroup()`: the sort, then `_path` in the direction of `_id`). */
+  static parseGroup(sort: Sort, spec: { startAt?: unknown; startAfter?: unknown; endAt?: unknown; endBefore?: unknown }): Cursors {
+    return Cursors.parse(sort.forGroup(), spec);
   }
 
   isNone(): boolean {
@@ -77,17 +85,28 @@ function parseOne(sort: Sort, name: string, v: unknown, inclusive: boolean): Cur
     throw bad(`must be an array of values in the order of the sort fields, got ${JSON.stringify(v)}`);
   if (v.length === 0) throw bad("must have at least one value");
   const keys = sort.keys;
-  if (v.length > keys.length)
+  if (v.length > keys.length) {
+    const then =
+      keys[keys.length - 1]?.path.dotted === PATH_MEMBER
+        ? "then an _id, then a _path (a collection group's tie-break)"
+        : "then an _id";
     throw bad(
       `has ${v.length} values but the query is ordered by ${keys.length} key(s) (${keys
         .map((k) => k.path.dotted)
-        .join(", ")}): at most one value per sort field, then an _id`,
+        .join(", ")}): at most one value per sort field, ${then}`,
     );
+  }
   v.forEach((value, i) => {
-    if (keys[i].path.dotted !== "_id") return;
-    const ok = typeof value === "string" && value.length > 0 && new TextEncoder().encode(value).length <= CURSOR_ID_BYTES_MAX;
-    if (!ok)
-      throw bad(`has ${JSON.stringify(value)} for _id: a document id is a string of 1 to ${CURSOR_ID_BYTES_MAX} bytes`);
+    const field = keys[i].path.dotted;
+    const [what, max] =
+      field === "_id"
+        ? ["a document id", CURSOR_ID_BYTES_MAX]
+        : field === PATH_MEMBER
+          ? ["a document's full path (collection/id)", CURSOR_PATH_BYTES_MAX]
+          : [undefined, 0];
+    if (what === undefined) return;
+    const ok = typeof value === "string" && value.length > 0 && new TextEncoder().encode(value).length <= max;
+    if (!ok) throw bad(`has ${JSON.stringify(value)} for ${field}: ${what} is a string of 1 to ${max} bytes`);
   });
   return { values: v as Value[], inclusive };
 }

@@ -35,6 +35,9 @@ export const REGEX_BYTES_MAX = 1024;
 export const SORT_KEYS_MAX = 32;
 /** Longest document id a cursor's `_id` value may hold, in UTF-8 bytes. */
 export const CURSOR_ID_BYTES_MAX = 256;
+/** Longest full path (`collection/id`) a collection-group cursor's `_path` value may hold, in
+ * UTF-8 bytes: the longest collection path, a slash, the longest id. */
+export const CURSOR_PATH_BYTES_MAX = 1024 + 1 + CURSOR_ID_BYTES_MAX;
 export const PROJECTION_FIELDS_MAX = 256;
 export const UPDATE_PATHS_MAX = 1024;
 export const EACH_VALUES_MAX = 10_000;

@@ -14,7 +14,8 @@ export interface QuerySpec {
   skip?: number;
   limit?: number;
   projection?: Record<string, 0 | 1 | boolean>;
-  /** Cursors: values in the order of the sort fields, optionally then an `_id` (Firestore's semantics). */
+  /** Cursors: values in the order of the sort fields, optionally then an `_id` (Firestore's
+   * semantics); on a collection group, optionally then a `_path` (the document's full path). */
   startAt?: unknown[];
   startAfter?: unknown[];
   endAt?: unknown[];
@@ -32,10 +33,23 @@ export class Query {
     readonly limit: number,
     readonly projection: Projection,
     readonly cursors: Cursors,
+    /** The result order, which the cursors are positions in: the sort, or for a collection-group
+     * query the group's (`Sort.forGroup`: the sort, then `_path`). */
+    readonly order: Sort = sort,
   ) {}
 
   /** Parses `{filter, sort, skip, limit, projection}`; unknown members are refused. */
   static parse(spec: unknown): Query {
+    return Query.parseAs(spec, false);
+  }
+
+  /** [`parse`] for a collection-group query: its cursors are positions in the group's order
+   * (the sort, `_id`, then `_path`) and are applied to documents carrying `_path`. */
+  static parseGroup(spec: unknown): Query {
+    return Query.parseAs(spec, true);
+  }
+
+  private static parseAs(spec: unknown, group: boolean): Query {
     if (!isObject(spec)) throw new QueryError("bad_query", "bad query: a query must be an object");
     const k = Object.keys(spec).find((k) => !FIELDS.includes(k));
     if (k !== undefined)
@@ -46,19 +60,21 @@ export class Query {
     const skip = count("skip", spec.skip);
     const limit = count("limit", spec.limit);
     const projection = Projection.parse(spec.projection);
-    return new Query(filter, sort, skip, limit, projection, Cursors.parse(sort, spec));
+    if (!group) return new Query(filter, sort, skip, limit, projection, Cursors.parse(sort, spec));
+    const order = sort.forGroup();
+    return new Query(filter, sort, skip, limit, projection, Cursors.parse(order, spec), order);
   }
 
   /** Whether a document is in the result before skip and limit: the filter and the cursors. */
   matches(doc: Value): boolean {
-    return this.filter.matches(doc) && this.cursors.admits(this.sort, doc);
+    return this.filter.matches(doc) && this.cursors.admits(this.order, doc);
   }
 
-  /** Filters, sorts, skips and limits; projects when `project` (the default). */
+  /** Filters, sorts (in `order`), skips and limits; projects when `project` (the default). */
   run<T extends Value>(docs: Iterable<T>, project = true): Value[] {
     const hits: T[] = [];
     for (const d of docs) if (this.matches(d)) hits.push(d);
-    const sorted = this.sort.sort(hits);
+    const sorted = this.order.sort(hits);
     const end = this.limit === 0 ? sorted.length : this.skip + this.limit;
     const window = sorted.slice(this.skip, end);
     return project && !this.projection.isAll() ? window.map((d) => this.projection.apply(d)) : window;

@@ -6,6 +6,10 @@ import { QueryError, SORT_KEYS_MAX } from "./errors.js";
 import { parsePath, type FieldPath, type Segment } from "./path.js";
 import { compare, isObject, isNumber, numberValue, type Doc, type Value } from "./value.js";
 
+/** The member of a collection-group result document that holds its full path
+ * (`collection/id`): the last key of a group's order, since ids repeat across collections. */
+export const PATH_MEMBER = "_path";
+
 export interface SortKey {
   path: FieldPath;
   desc: boolean;
@@ -65,6 +69,12 @@ export class Sort {
       keys.push({ path, desc: d === -1 });
     }
     return new Sort(keys);
+  }
+
+  /** A collection group's result order: this sort, then `_path` in the direction of `_id`. */
+  forGroup(): Sort {
+    const desc = this.keys.find((k) => k.path.dotted === "_id")?.desc === true;
+    return new Sort([...this.keys, { path: parsePath(PATH_MEMBER) as FieldPath, desc }]);
   }
 
   /** Compares two documents in result order. */

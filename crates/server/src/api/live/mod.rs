@@ -176,9 +176,14 @@ fn subscription(collection: &str, parts: &QueryParts) -> Result<(Query, String),
 }
 
 /// The query and sharing key of a subscription to `scope` (a collection, or `*/group`).
+/// A group's (`*/group`: no collection path starts with `*`) cursors are positions in the
+/// group's order (`query::group_query_of`).
 fn subscription_key(scope: &str, parts: &QueryParts) -> Result<(Query, String), ApiError> {
     let collection = scope;
-    let query = crate::api::query::query_of(parts)?;
+    let query = match scope.starts_with("*/") {
+        true => crate::api::query::group_query_of(parts)?,
+        false => crate::api::query::query_of(parts)?,
+    };
     let get = crate::api::query::or_null;
     let key = format!(
         "{collection}\n{}",

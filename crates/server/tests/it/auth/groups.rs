@@ -1,9 +1,9 @@
 //! Collection groups over a real socket: `collectionGroup` in `POST /v1/query` (with `_path`,
 //! exactly one of `collection`/`collectionGroup`, wildcards refused as `bad_path`), group
 //! indexes through `POST /v1/indexes` and `explain`, `POST /v1/aggregate`, and an end user's
-//! view: each document visible only under its own collection's read rule, skip and limit
-//! counting visible documents only, over HTTP, a WebSocket and SSE (events name documents by
-//! full path).
+//! view: each document visible only under its own collection's read rule, skip, limit and
+//! cursors counting visible documents only, over HTTP, a WebSocket and SSE (events name
+//! documents by full path).
 
 use super::*;
 
@@ -251,6 +251,21 @@ async fn an_end_user_sees_each_document_under_its_own_collections_rule() {
     .await
     .ok(200);
     assert_eq!(paths(&r["docs"]), ["rooms/r1/messages/m2"]);
+    // A cursor pages the visible documents, also from the position of a hidden one (m3).
+    for after in [
+        json!([4, "m4", "rooms/r2/messages/m4"]),
+        json!([3, "m3", "rooms/r1/messages/m3"]),
+    ] {
+        let r = query(
+            &s,
+            &alice,
+            json!({"collectionGroup": "messages", "sort": {"ts": -1}, "startAfter": after,
+                   "limit": 1}),
+        )
+        .await
+        .ok(200);
+        assert_eq!(paths(&r["docs"]), ["rooms/r1/messages/m2"], "{after}");
+    }
     query(
         &s,
         &alice,
