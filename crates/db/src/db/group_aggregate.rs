@@ -48,14 +48,10 @@ impl Db {
         check_group(group)?;
         let (head, covered) = pipeline.head_query(QUERY_DOCS_MAX);
         check_group_query(&head)?;
-        let restrict = restrict.map(|inner| Filtered {
-            inner,
-            query: &head,
-        });
         let plain = head.skip == 0 && head.limit.is_none() && is_id_order(&head.sort);
         if plain {
             if let Some(shape) = pipeline.count_shape(covered) {
-                let (n, seq, explain) = self.count_group(group, &head, restrict.as_ref())?;
+                let (n, seq, explain) = self.count_group(group, &head, restrict)?;
                 return Ok(AggregateOutcome {
                     docs: shape.finish(n)?,
                     seq,
@@ -72,12 +68,8 @@ impl Db {
                         limit: Some(1),
                         ..Query::default()
                     };
-                    let r = restrict.as_ref().map(|r| Filtered {
-                        inner: r.inner,
-                        query: &q,
-                    });
                     let QueryOutcome { docs, seq, explain } =
-                        self.query_group(group, &q, r.as_ref().map(|r| r as &dyn Restrict))?;
+                        self.query_group(group, &q, restrict)?;
                     let value = docs.first().and_then(|d| sort_value(d, &ext.path));
                     // As for a collection: the least value comes after nulls and missing ones,
                     // so a first match without one is not the answer; and the marks are read
@@ -102,7 +94,7 @@ impl Db {
                     let mut inputs = Vec::with_capacity(collections.len());
                     let mut plans: Vec<PlanDescription> = Vec::new();
                     for collection in collections {
-                        let Some(query) = visible(restrict.as_ref(), &head, &collection) else {
+                        let Some(query) = visible(restrict, &head, &collection) else {
                             continue;
                         };
                         let candidates = self
@@ -147,8 +139,7 @@ impl Db {
                 }
             }
         }
-        let QueryOutcome { docs, seq, explain } =
-            self.query_group(group, &head, restrict.as_ref().map(|r| r as &dyn Restrict))?;
+        let QueryOutcome { docs, seq, explain } = self.query_group(group, &head, restrict)?;
         Ok(AggregateOutcome {
             docs: pipeline.run_from(covered, docs)?,
             seq,
@@ -163,7 +154,7 @@ impl Db {
         &self,
         group: &str,
         head: &Query,
-        restrict: Option<&Filtered<'_>>,
+        restrict: Option<&dyn Restrict>,
     ) -> Result<(u64, u64, Explain), DbError> {
         let read = self.inner.store.read()?;
         let seq = read.get_u64(Table::Meta, META_SEQ)?.unwrap_or(0);
@@ -230,27 +221,14 @@ impl Db {
     }
 }
 
-/// The query deciding `collection`'s documents: `head`, or with a reader's restriction its
-/// filter for that collection (`None`: none of them is visible).
-fn visible(restrict: Option<&Filtered<'_>>, head: &Query, collection: &str) -> Option<Query> {
+/// The query deciding `collection`'s documents: `head`, or with a reader's restriction `head`
+/// with its filter for that collection (`None`: none of them is visible).
+fn visible(restrict: Option<&dyn Restrict>, head: &Query, collection: &str) -> Option<Query> {
     match restrict {
         None => Some(head.clone()),
-        Some(r) => r.query_for(collection),
-    }
-}
-
-/// A reader's restriction applied to another query: each collection's filter from `inner`
-/// (the head filter ANDed with that collection's read rule), the rest from `query`.
-struct Filtered<'a> {
-    inner: &'a dyn Restrict,
-    query: &'a Query,
-}
-
-impl Restrict for Filtered<'_> {
-    fn query_for(&self, collection: &str) -> Option<Query> {
-        let r = self.inner.query_for(collection)?;
-        let mut q = self.query.clone();
-        q.filter = r.filter;
-        Some(q)
+        Some(r) => r.query_for(collection).map(|r| Query {
+            filter: r.filter,
+            ..head.clone()
+        }),
     }
 }

@@ -37,8 +37,9 @@ pub use herald_query::PATH_MEMBER;
 
 /// Which documents of a collection group a reader may see.
 pub trait Restrict: Send + Sync {
-    /// The query to run in `collection`: the group query ANDed with that collection's read
-    /// rule; `None` when none of its documents is visible.
+    /// The query whose filter decides `collection`'s documents: the group query's filter ANDed
+    /// with that collection's read rule; `None` when none of its documents is visible. Only the
+    /// filter is used (the sort, cursors and window are the group query's own).
     fn query_for(&self, collection: &str) -> Option<Query>;
 }
 
@@ -170,7 +171,8 @@ pub fn execute_group(
                 let Some(vq) = visible.query(coll) else {
                     continue;
                 };
-                let mut cq = (*vq).clone();
+                let mut cq = q.clone();
+                cq.filter = vq.filter.clone();
                 cq.skip = 0;
                 cq.cursors = q.cursors.in_collection(&gq.sort, coll);
                 cq.limit = window;

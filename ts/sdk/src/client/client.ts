@@ -154,8 +154,9 @@ export class Herald {
   }
 
   /** Every collection whose last path segment is `name`, at any depth. Its queries and
-   * listens run on the server only (no cache, no offline answers, local writes show once the
-   * server has them); each document's `path` (and its data's `_path`) is its full path. */
+   * listens are answered by the server when online and from the cached documents of the
+   * group's collections offline, with pending local writes on top either way; each document's
+   * `path` (and its data's `_path`) is its full path. */
   collectionGroup(name: string): CollectionGroupRef {
     return new CollectionGroupRef(name);
   }

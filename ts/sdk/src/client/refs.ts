@@ -11,8 +11,8 @@ export class CollectionRef {
 }
 
 /** Every collection whose last path segment is `name`, at any depth (`messages`,
- * `rooms/r1/messages`, ...): queried and listened to on the server only (no local cache or
- * offline evaluation); each document carries `_path`, its full path. */
+ * `rooms/r1/messages`, ...): queried and listened to on the server, or offline over the cached
+ * documents of those collections; each document carries `_path`, its full path. */
 export class CollectionGroupRef {
   readonly kind = "collectionGroup";
   constructor(readonly name: string) {}
