@@ -9,6 +9,10 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(90);
+/// Where a node's port is taken from when the kernel's ephemeral range cannot be read.
+const EPHEMERAL_LOW_DEFAULT: u16 = 32768;
+/// The lowest port a node takes.
+const NODE_PORT_MIN: u16 = 10_000;
 /// Stderr lines kept per node for failure messages.
 const TAIL_LINES: usize = 60;
 
@@ -44,10 +48,7 @@ pub struct NodeProc {
 
 impl NodeProc {
     pub fn new(id: &str, root: &Path) -> NodeProc {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = stable_port();
         let dir = root.join(id);
         std::fs::create_dir_all(&dir).expect("node dir");
         NodeProc {
@@ -197,4 +198,29 @@ impl Drop for NodeProc {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A free port below the kernel's ephemeral range, so that no outgoing connection (a Kafka
+/// client's, say) and no `bind(":0")` of another test can take it while its node is down
+/// between a kill and a restart: a port from the ephemeral range was taken that way, and the
+/// restarted node failed with "Address already in use".
+fn stable_port() -> u16 {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(EPHEMERAL_LOW_DEFAULT);
+    let (min, max) = if low > NODE_PORT_MIN + 1000 {
+        (NODE_PORT_MIN, low)
+    } else {
+        (1024, low.max(2048))
+    };
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    for _ in 0..1000 {
+        let port = rng.gen_range(min..max);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {min}..{max}");
 }
