@@ -23,7 +23,7 @@ use crate::exec::{count_docs, count_entries, for_each_match, Examined, QUERY_DOC
 use crate::layout::META_SEQ;
 use crate::names::check_collection;
 use crate::planner::{choose, Explain, Plan};
-use herald_query::pipeline::Pipeline;
+use herald_query::pipeline::{Extreme, Pipeline};
 use herald_query::{Direction, Filter, Query, Sort};
 use herald_storage::{ReadTxn, Table};
 use herald_value::{json, Value};
@@ -71,30 +71,10 @@ impl Db {
                 }
             }
             if let Some(ext) = pipeline.extreme(covered) {
-                if self.orders_by(collection, &ext.path) {
-                    let dir = if ext.max { -1 } else { 1 };
-                    let q = Query {
-                        filter: head.filter.clone(),
-                        sort: Sort::parse(&json!({ ext.path.as_str(): dir }))?,
-                        limit: Some(1),
-                        ..Query::default()
-                    };
-                    let QueryOutcome { docs, seq, explain } = self.query(collection, &q)?;
-                    let value = docs.first().and_then(|d| sort_value(d, &ext.path));
-                    // The least value comes after nulls and missing ones: when the first match
-                    // has none, another may; stream instead. The catalog is asked again after
-                    // the query's snapshot (its marks are sticky), so an array written since
-                    // the first look is seen.
-                    if (ext.max || value.is_some() || docs.is_empty())
-                        && self.orders_by(collection, &ext.path)
-                    {
-                        return Ok(AggregateOutcome {
-                            docs: ext.finish(!docs.is_empty(), value)?,
-                            seq,
-                            explain,
-                            stages_in_query: covered + 1,
-                        });
-                    }
+                let orders = || Ok(self.orders_by(collection, &ext.path));
+                let first = |q: &Query| self.query(collection, q);
+                if let Some(out) = extreme_by(&ext, &head.filter, covered, &orders, &first)? {
+                    return Ok(out);
                 }
             }
             if let Some(mut run) = pipeline.streaming(covered) {
@@ -246,10 +226,47 @@ pub(super) fn is_id_order(sort: &Sort) -> bool {
 
 /// The value at a dotted path through documents (no arrays along it: the caller checked), if
 /// it is there and not null.
-pub(super) fn sort_value(doc: &Value, path: &str) -> Option<Value> {
+fn sort_value(doc: &Value, path: &str) -> Option<Value> {
     let mut v = doc;
     for seg in path.split('.') {
         v = v.as_object()?.get(seg)?;
     }
     (!v.is_null()).then(|| v.clone())
+}
+
+/// Way 2 for a collection or a collection group: the least or greatest value of `ext`'s field
+/// among `filter`'s matches, as the first match of `first` (a query sorted by the field, limit
+/// 1), when `orders` says the field's index gives each document's value. `None`: answer it
+/// another way. The least value comes after nulls and missing ones, so a first match without
+/// one is not the answer (another match may have one). `orders` is asked again after the
+/// query's snapshot (the catalog's marks are sticky), so an array written since the first look
+/// is seen.
+pub(super) fn extreme_by(
+    ext: &Extreme<'_>,
+    filter: &Filter,
+    covered: usize,
+    orders: &dyn Fn() -> Result<bool, DbError>,
+    first: &dyn Fn(&Query) -> Result<QueryOutcome, DbError>,
+) -> Result<Option<AggregateOutcome>, DbError> {
+    if !orders()? {
+        return Ok(None);
+    }
+    let dir = if ext.max { -1 } else { 1 };
+    let q = Query {
+        filter: filter.clone(),
+        sort: Sort::parse(&json!({ ext.path.as_str(): dir }))?,
+        limit: Some(1),
+        ..Query::default()
+    };
+    let QueryOutcome { docs, seq, explain } = first(&q)?;
+    let value = docs.first().and_then(|d| sort_value(d, &ext.path));
+    if (ext.max || value.is_some() || docs.is_empty()) && orders()? {
+        return Ok(Some(AggregateOutcome {
+            docs: ext.finish(!docs.is_empty(), value)?,
+            seq,
+            explain,
+            stages_in_query: covered + 1,
+        }));
+    }
+    Ok(None)
 }

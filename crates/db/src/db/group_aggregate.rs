@@ -19,7 +19,7 @@
 //! 4. **Held.** Otherwise the head runs as a group query (at most `QUERY_DOCS_MAX` documents)
 //!    and the rest of the pipeline runs over it.
 
-use super::aggregate::{is_id_order, sort_value, AggregateOutcome, AGGREGATE_DOCS_MAX};
+use super::aggregate::{extreme_by, is_id_order, AggregateOutcome, AGGREGATE_DOCS_MAX};
 use super::group_query::{check_group_query, group_collections};
 use super::{Db, QueryOutcome};
 use crate::error::DbError;
@@ -31,9 +31,8 @@ use crate::layout::META_SEQ;
 use crate::names::check_group;
 use crate::planner::{choose, Explain, Plan, PlanDescription};
 use herald_query::pipeline::Pipeline;
-use herald_query::{Query, Sort};
+use herald_query::Query;
 use herald_storage::Table;
-use herald_value::json;
 
 impl Db {
     /// Runs `pipeline` over the collection group `group` at one snapshot. `restrict` (an end
@@ -60,30 +59,10 @@ impl Db {
                 });
             }
             if let Some(ext) = pipeline.extreme(covered) {
-                if self.group_orders_by(group, &ext.path)? {
-                    let dir = if ext.max { -1 } else { 1 };
-                    let q = Query {
-                        filter: head.filter.clone(),
-                        sort: Sort::parse(&json!({ ext.path.as_str(): dir }))?,
-                        limit: Some(1),
-                        ..Query::default()
-                    };
-                    let QueryOutcome { docs, seq, explain } =
-                        self.query_group(group, &q, restrict)?;
-                    let value = docs.first().and_then(|d| sort_value(d, &ext.path));
-                    // As for a collection: the least value comes after nulls and missing ones,
-                    // so a first match without one is not the answer; and the marks are read
-                    // again after the snapshot (they are sticky).
-                    if (ext.max || value.is_some() || docs.is_empty())
-                        && self.group_orders_by(group, &ext.path)?
-                    {
-                        return Ok(AggregateOutcome {
-                            docs: ext.finish(!docs.is_empty(), value)?,
-                            seq,
-                            explain,
-                            stages_in_query: covered + 1,
-                        });
-                    }
+                let orders = || self.group_orders_by(group, &ext.path);
+                let first = |q: &Query| self.query_group(group, q, restrict);
+                if let Some(out) = extreme_by(&ext, &head.filter, covered, &orders, &first)? {
+                    return Ok(out);
                 }
             }
             if let Some(mut run) = pipeline.streaming(covered) {
