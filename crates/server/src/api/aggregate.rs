@@ -19,7 +19,7 @@ use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::Json;
-use herald_db::{DbError, Restrict, AGGREGATE_DOCS_MAX, QUERY_DOCS_MAX};
+use herald_db::{AggregateOutcome, DbError, Restrict, AGGREGATE_DOCS_MAX, QUERY_DOCS_MAX};
 use herald_protocol::{AggregateBody, AggregateExplain, AggregateReply, ErrorCode, QueryParts};
 use herald_query::pipeline::{Pipeline, Stage};
 use serde_json::Value;
@@ -63,19 +63,7 @@ pub async fn aggregate(
         let out = db
             .aggregate(&collection, &pipeline, filter)
             .map_err(too_large)?;
-        let explain = explain.then(|| AggregateExplain {
-            query: explain_of(out.explain),
-            stages_in_query: out.stages_in_query as u64,
-            stages: pipeline.stages()[out.stages_in_query.min(pipeline.stages().len())..]
-                .iter()
-                .map(|s| s.name().to_string())
-                .collect(),
-        });
-        Ok::<_, ApiError>(AggregateReply {
-            docs: out.docs,
-            seq: out.seq,
-            explain,
-        })
+        Ok::<_, ApiError>(reply(out, &pipeline, explain))
     })
     .await
     .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))??;
@@ -119,23 +107,29 @@ async fn aggregate_group(
                 restrict.as_ref().map(|r| r as &dyn Restrict),
             )
             .map_err(too_large)?;
-        let explain = explain.then(|| AggregateExplain {
-            query: explain_of(out.explain),
-            stages_in_query: out.stages_in_query as u64,
-            stages: pipeline.stages()[out.stages_in_query.min(pipeline.stages().len())..]
-                .iter()
-                .map(|s| s.name().to_string())
-                .collect(),
-        });
-        Ok::<_, ApiError>(AggregateReply {
-            docs: out.docs,
-            seq: out.seq,
-            explain,
-        })
+        Ok::<_, ApiError>(reply(out, &pipeline, explain))
     })
     .await
     .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))??;
     Ok(Json(out))
+}
+
+/// The reply to an aggregation, with `explain` when asked: how the head ran, and the stages
+/// after the ones it answered.
+fn reply(out: AggregateOutcome, pipeline: &Pipeline, explain: bool) -> AggregateReply {
+    let explain = explain.then(|| AggregateExplain {
+        query: explain_of(out.explain),
+        stages_in_query: out.stages_in_query as u64,
+        stages: pipeline.stages()[out.stages_in_query.min(pipeline.stages().len())..]
+            .iter()
+            .map(|s| s.name().to_string())
+            .collect(),
+    });
+    AggregateReply {
+        docs: out.docs,
+        seq: out.seq,
+        explain,
+    }
 }
 
 /// The database's caps on an aggregation's input: say which, and what to do.
