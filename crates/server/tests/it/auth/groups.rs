@@ -7,7 +7,8 @@
 
 use super::*;
 
-/// Room messages readable when public or written by the reader; `dms/*/messages` has no rule.
+/// Room messages readable when public or written by the reader; `messages` by everyone;
+/// `dms/*/messages` has no rule (hidden from end users).
 fn group_rules() -> Value {
     json!({"rules": [
         {"match": "rooms/{room}/messages/{m}",
@@ -16,7 +17,8 @@ fn group_rules() -> Value {
     ]})
 }
 
-async fn server() -> Server {
+/// A server with [`group_rules`] (also for `live_agg_group.rs`).
+pub(super) async fn server() -> Server {
     let auth = AuthOptions {
         rules: Some(herald_rules::Rules::parse(&group_rules()).unwrap()),
         ..options()

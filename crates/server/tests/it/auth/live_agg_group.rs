@@ -4,25 +4,8 @@
 //! each collection's read rule applied before aggregation), then per-commit row changes, a
 //! resume, and the same refusals as for a collection (`bad_query`, `unsupported_live`).
 
+use super::groups::server;
 use super::*;
-
-/// Room messages readable when public or written by the reader; `messages` by everyone;
-/// `dms/*/messages` has no rule (hidden from end users).
-fn group_rules() -> Value {
-    json!({"rules": [
-        {"match": "rooms/{room}/messages/{m}",
-         "read": {"$or": [{"public": true}, {"author": "$$auth.uid"}]}},
-        {"match": "messages/{m}", "read": {}}
-    ]})
-}
-
-async fn server() -> Server {
-    let auth = AuthOptions {
-        rules: Some(herald_rules::Rules::parse(&group_rules()).unwrap()),
-        ..options()
-    };
-    Server::start_auth(tempfile::tempdir().unwrap(), auth).await
-}
 
 /// Per author (in input order: `ts`, then `_id`, then `_path`): count and the paths.
 fn by_author() -> Value {
