@@ -4,7 +4,7 @@
 use super::write_partition;
 use crate::layout::scope_group;
 use crate::live::feed::Commit;
-use crate::live::matcher::{Matcher, ViewId};
+use crate::live::matcher::{Matcher, ViewId, ViewMap, ViewSet};
 use crate::names::group_of;
 use herald_query::Filter;
 use std::collections::{HashMap, HashSet};
@@ -19,7 +19,7 @@ use std::sync::Arc;
 pub struct CellMatcher {
     matchers: HashMap<String, Matcher>,
     groups: HashMap<String, Matcher>,
-    views: HashMap<ViewId, (String, Arc<Filter>)>,
+    views: ViewMap<(String, Arc<Filter>)>,
 }
 
 impl CellMatcher {
@@ -68,8 +68,8 @@ impl CellMatcher {
         parts: u32,
         only: Option<&HashSet<ViewId>>,
     ) -> Vec<(ViewId, Vec<u32>)> {
-        let mut out: HashMap<ViewId, Vec<u32>> = HashMap::new();
-        let mut cand = HashSet::new();
+        let mut out: ViewMap<Vec<u32>> = ViewMap::default();
+        let mut cand = ViewSet::default();
         for (i, ch) in commit.changes.iter().enumerate() {
             let own = self.matchers.get(&ch.collection);
             let group = match self.groups.is_empty() {

@@ -17,12 +17,12 @@
 //! no views left, skipped by the probe) pass a fraction of the built set: each add pays an
 //! amortised constant share of a rebuild, and the linear part of a probe stays a fraction.
 
-use super::ViewId;
+use super::{ViewId, ViewSet};
 use aho_corasick::AhoCorasick;
 use herald_query::Pattern;
 use herald_value::FieldPath;
 use regex_syntax::hir::{Class, Hir, HirKind};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// One required literal: its bytes (ASCII-lowercased when case-insensitive) and whether it
 /// compares ASCII letters without case.
@@ -279,7 +279,7 @@ impl Set {
     }
 
     /// Adds the views of every literal that `s` contains.
-    fn probe(&self, s: &[u8], lower: &mut Vec<u8>, out: &mut HashSet<ViewId>) {
+    fn probe(&self, s: &[u8], lower: &mut Vec<u8>, out: &mut ViewSet) {
         if let Some(ac) = &self.automaton {
             for m in ac.find_overlapping_iter(s) {
                 out.extend(self.entries[m.pattern().as_usize()].views.iter().copied());
@@ -354,7 +354,7 @@ impl Literals {
     }
 
     /// Adds the views with a literal contained in one of `strings`.
-    pub(super) fn probe(&self, strings: &[&[u8]], out: &mut HashSet<ViewId>) {
+    pub(super) fn probe(&self, strings: &[&[u8]], out: &mut ViewSet) {
         let mut lower = Vec::new();
         for s in strings {
             self.exact.probe(s, &mut lower, out);
@@ -418,16 +418,16 @@ mod tests {
         }
         // Geometric growth: a rebuild per 1/8 of growth, not one per add.
         assert!(s.builds < 80, "{} builds", s.builds);
-        let mut out = HashSet::new();
+        let mut out = ViewSet::default();
         let mut lower = Vec::new();
         s.probe(b"word:0004242", &mut lower, &mut out);
-        assert_eq!(out, HashSet::from([4242]));
+        assert_eq!(out, ViewSet::from_iter([4242]));
         // A literal added after the build is found on the pending list.
         s.add(b"zz", n);
         assert!(s.pending() > 0);
         out.clear();
         s.probe(b"zz:0000007", &mut lower, &mut out);
-        assert_eq!(out, HashSet::from([7, n]));
+        assert_eq!(out, ViewSet::from_iter([7, n]));
         // Removed views are not reported, before and after the rebuild that drops them.
         let before = s.builds;
         for k in 0..n / 2 {
@@ -439,7 +439,7 @@ mod tests {
         assert!(s.builds > before && s.builds - before < 20);
         out.clear();
         s.probe(b"w:0009999", &mut lower, &mut out);
-        assert_eq!(out, HashSet::from([9999]));
+        assert_eq!(out, ViewSet::from_iter([9999]));
         for k in n / 2..n {
             s.remove(format!(":{k:07}").as_bytes(), k);
         }
@@ -454,9 +454,9 @@ mod tests {
         s.add(b"ab", 2);
         s.rebuild();
         s.remove(b"ab", 1);
-        let mut out = HashSet::new();
+        let mut out = ViewSet::default();
         s.probe(b"xAB", &mut Vec::new(), &mut out);
-        assert_eq!(out, HashSet::from([2]));
+        assert_eq!(out, ViewSet::from_iter([2]));
         s.remove(b"ab", 2);
         assert!(s.is_empty());
         // Re-adding a tombstoned literal revives it.
@@ -464,6 +464,6 @@ mod tests {
         assert!(!s.is_empty());
         out.clear();
         s.probe(b"aB", &mut Vec::new(), &mut out);
-        assert_eq!(out, HashSet::from([3]));
+        assert_eq!(out, ViewSet::from_iter([3]));
     }
 }

@@ -30,11 +30,19 @@ use herald_query::{walk, CmpOp, Expr, FieldOp, Filter, LeafArrays, Test};
 use herald_value::{encode_key, FieldPath, Value};
 use literals::{Lit, Literals};
 use ranges::Ranges;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use types::Types;
 
 /// A view's handle in the engine: small and `Copy`, so probes and the scan list never allocate.
 pub type ViewId = u32;
+/// A set of views. Matching probes and collects view ids for every change a commit carries, so
+/// these sets and maps use foldhash rather than SipHash: with the std hasher, hashing ids cost a
+/// matching cell nearly as much as evaluating the filters of its scanned views (a profile of
+/// `herald-bench live --workload scan`). View ids are handed out by the server, not chosen by
+/// clients, so a hasher without flooding resistance is enough.
+pub type ViewSet = foldhash::HashSet<ViewId>;
+/// A map keyed by view id (see [`ViewSet`] for the hasher).
+pub type ViewMap<V> = foldhash::HashMap<ViewId, V>;
 
 /// One view's entry: indexed under (path, values), or scanned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +78,7 @@ struct Prefixes {
 
 #[derive(Default)]
 pub struct Matcher {
-    eq: HashMap<(String, Vec<u8>), HashSet<ViewId>>,
+    eq: HashMap<(String, Vec<u8>), ViewSet>,
     /// Indexed paths with how many views use them.
     paths: HashMap<String, (FieldPath, usize)>,
     ranges: HashMap<String, Ranges>,
@@ -80,7 +88,7 @@ pub struct Matcher {
     /// Views no index covers, in a vector: every change of the collection is offered to each,
     /// so iterating them must be cheap.
     scan: Vec<ViewId>,
-    slots: HashMap<ViewId, Slot>,
+    slots: ViewMap<Slot>,
 }
 
 fn indexable(v: &Value) -> bool {
@@ -342,7 +350,7 @@ impl Matcher {
 
     /// Adds to `out` every indexed view the document image may match (see [`Matcher::scanned`]
     /// for the rest).
-    pub fn probe(&self, image: &Value, out: &mut HashSet<ViewId>) {
+    pub fn probe(&self, image: &Value, out: &mut ViewSet) {
         let Value::Object(doc) = image else { return };
         let mut enc = Vec::new();
         for (path, (parsed, _)) in &self.paths {
@@ -538,7 +546,7 @@ mod tests {
                     m.add(ids[i], f);
                 }
             }
-            let mut cand = HashSet::new();
+            let mut cand = ViewSet::default();
             m.probe(&before, &mut cand);
             m.probe(&after, &mut cand);
             cand.extend(m.scanned().iter().copied());
@@ -563,9 +571,9 @@ mod tests {
                 &Filter::parse(&json!({"random": {"$gte": i * 10, "$lt": i * 10 + 10}})).unwrap(),
             );
         }
-        let mut c = HashSet::new();
+        let mut c = ViewSet::default();
         m.probe(&json!({"random": 425}), &mut c);
-        assert_eq!(c, HashSet::from([42]));
+        assert_eq!(c, ViewSet::from_iter([42]));
         for i in 0..100 {
             m.remove(i);
         }
@@ -594,12 +602,12 @@ mod tests {
             &Filter::parse(&json!({"key": {"$regex": "^k?"}})).unwrap(),
         );
         assert_eq!(m.scanned(), &[102]);
-        let mut c = HashSet::new();
+        let mut c = ViewSet::default();
         m.probe(&json!({"key": "k042x-7"}), &mut c);
-        assert_eq!(c, HashSet::from([42, 100, 101]));
+        assert_eq!(c, ViewSet::from_iter([42, 100, 101]));
         c.clear();
         m.probe(&json!({"key": ["zzz", "k007x"]}), &mut c);
-        assert_eq!(c, HashSet::from([7]));
+        assert_eq!(c, ViewSet::from_iter([7]));
         c.clear();
         m.probe(&json!({"key": 42}), &mut c);
         assert!(c.is_empty());
@@ -629,7 +637,7 @@ mod tests {
                 }
                 for s in STRINGS {
                     let doc = json!({ "a": s });
-                    let mut c = HashSet::new();
+                    let mut c = ViewSet::default();
                     m.probe(&doc, &mut c);
                     c.extend(m.scanned().iter().copied());
                     assert!(!f.matches(&doc) || c.contains(&1), "/{r}/{o} on {s:?}");
@@ -646,9 +654,9 @@ mod tests {
             m.add(q, &Filter::parse(&f).unwrap());
         }
         assert!(m.scanned().is_empty());
-        let mut c = HashSet::new();
+        let mut c = ViewSet::default();
         m.probe(&json!({"rs": "abcdefghij:0000421"}), &mut c);
-        assert_eq!(c, HashSet::from([421]));
+        assert_eq!(c, ViewSet::from_iter([421]));
         for q in 0..1000 {
             m.remove(q);
         }
@@ -673,12 +681,12 @@ mod tests {
             &Filter::parse(&json!({"a": {"$exists": false}})).unwrap(),
         );
         assert_eq!(m.scanned(), &[4]);
-        let mut c = HashSet::new();
+        let mut c = ViewSet::default();
         m.probe(&json!({"a": "s"}), &mut c);
-        assert_eq!(c, HashSet::from([1, 2]));
+        assert_eq!(c, ViewSet::from_iter([1, 2]));
         c.clear();
         m.probe(&json!({"a": [1, "s"]}), &mut c);
-        assert_eq!(c, HashSet::from([1, 2, 3]));
+        assert_eq!(c, ViewSet::from_iter([1, 2, 3]));
         c.clear();
         m.probe(&json!({"b": 1}), &mut c);
         assert!(c.is_empty());
@@ -696,8 +704,8 @@ mod tests {
             2,
             &Filter::parse(&json!({"room": "r2", "n": {"$gt": 1}})).unwrap(),
         );
-        let mut c = HashSet::new();
+        let mut c = ViewSet::default();
         m.probe(&json!({"room": "r2"}), &mut c);
-        assert_eq!(c, HashSet::from([2]));
+        assert_eq!(c, ViewSet::from_iter([2]));
     }
 }

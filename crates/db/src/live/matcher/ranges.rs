@@ -1,9 +1,9 @@
 //! The range views of one path: elementary intervals between boundaries, each with the set of
 //! views whose range covers it, so a probe is one ordered lookup.
 
-use super::ViewId;
+use super::{ViewId, ViewSet};
 use herald_value::FieldPath;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 
 /// Elementary intervals of the range views on one path: boundary -> views covering
@@ -11,7 +11,7 @@ use std::ops::Bound;
 #[derive(Default)]
 pub(super) struct Ranges {
     pub(super) parsed: Option<FieldPath>,
-    bounds: BTreeMap<Vec<u8>, HashSet<ViewId>>,
+    bounds: BTreeMap<Vec<u8>, ViewSet>,
     pub(super) views: usize,
 }
 
@@ -51,7 +51,7 @@ impl Ranges {
         }
         self.views -= 1;
         // Drop boundaries that no longer separate different sets.
-        let mut prev: Option<HashSet<ViewId>> = None;
+        let mut prev: Option<ViewSet> = None;
         let mut doomed = Vec::new();
         for (b, set) in &self.bounds {
             if prev.as_ref().map_or(set.is_empty(), |p| p == set) {
@@ -67,7 +67,7 @@ impl Ranges {
     /// Views whose range meets `[lo, hi]`. A document with one value probes a point; one with
     /// several (an array) probes the span from its smallest to its largest value, since its
     /// elements may satisfy a view's lower and upper bound separately.
-    pub(super) fn probe(&self, lo: &[u8], hi: &[u8], out: &mut HashSet<ViewId>) {
+    pub(super) fn probe(&self, lo: &[u8], hi: &[u8], out: &mut ViewSet) {
         let first = self
             .bounds
             .range::<[u8], _>((Bound::Unbounded, Bound::Included(lo)))

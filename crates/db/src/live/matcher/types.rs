@@ -6,10 +6,9 @@
 //! So a probe walks the path once, takes the union of the type bits it met, and adds the views
 //! of each bit: exactly the views whose conjunct holds. `$exists: true` is the set of every type.
 
-use super::ViewId;
+use super::{ViewId, ViewSet};
 use herald_query::{walk, LeafArrays, TypeSet};
 use herald_value::{FieldPath, Map, Value};
-use std::collections::HashSet;
 
 /// The type bits a `TypeSet` can hold.
 const BITS: usize = 16;
@@ -60,7 +59,7 @@ impl Types {
         self.views -= 1;
     }
 
-    pub(super) fn probe(&self, doc: &Map<String, Value>, out: &mut HashSet<ViewId>) {
+    pub(super) fn probe(&self, doc: &Map<String, Value>, out: &mut ViewSet) {
         let mut met = 0u16;
         walk(
             doc,
