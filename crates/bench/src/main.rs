@@ -171,6 +171,11 @@ enum Command {
         /// Search mode: bisection steps between the last pass and the first fail.
         #[arg(long, default_value_t = 4)]
         bisect_steps: u32,
+        /// Search mode: a failing probe is run again up to this many times and passes if any
+        /// run does. A saturated server fails every time; one stall of the shared machine
+        /// (tens of ms, enough to fail a 30 ms p99 over a few seconds) fails one run.
+        #[arg(long, default_value_t = 1)]
+        retries: u32,
         /// Search mode: seconds of writing in the run at 80% of capacity.
         #[arg(long, default_value_t = 30)]
         final_secs: u64,
@@ -579,6 +584,7 @@ fn main() {
             start_queries,
             start_rate,
             bisect_steps,
+            retries,
             final_secs,
             grid_rows,
             grid_partitions,
@@ -621,6 +627,7 @@ fn main() {
                     start_queries,
                     start_rate,
                     bisect_steps,
+                    retries,
                     final_secs,
                 }),
                 grid: (grid_rows.is_some() || grid_partitions.is_some())

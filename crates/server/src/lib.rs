@@ -36,17 +36,20 @@ pub const CACHE_MIB_MAX: u64 = 1 << 20;
 /// crates/bench/results/2026-11-27-grid): one row per core and one partition. With 2 rows,
 /// queries no index serves were matched on both cores (12,500 `$or` queries at 1,000 writes/s
 /// with p99 14 ms, where the engine's own thread saturated below 10,000), for 3-7% of a core
-/// more at light load. On one core a cell thread adds hand-offs and no core: inline.
+/// more at light load; so the default matches on the engine's thread until there are
+/// `THREADS_FROM_VIEWS_DEFAULT` views (`Adaptive`). On one core a cell thread adds hand-offs and
+/// no core: inline.
 pub fn grid_config(
     rows: Option<u32>,
     parts: Option<u32>,
     cores: usize,
 ) -> Result<Option<herald_db::live::grid::ThreadsConfig>, String> {
-    use herald_db::live::grid::{ThreadsConfig, GRID_DIM_MAX};
+    use herald_db::live::grid::{ThreadsConfig, GRID_DIM_MAX, THREADS_FROM_VIEWS_DEFAULT};
     let config = match (rows, parts) {
         (None, None) if cores <= 1 => return Ok(None),
         (None, None) => ThreadsConfig {
             rows: cores.min(GRID_DIM_MAX as usize) as u32,
+            threads_from_views: THREADS_FROM_VIEWS_DEFAULT,
             ..ThreadsConfig::default()
         },
         (r, p) => ThreadsConfig {
@@ -385,12 +388,14 @@ mod tests {
         assert_eq!(grid_config(None, None, 1), Ok(None));
         let g = grid_config(None, None, 2).unwrap().unwrap();
         assert_eq!((g.rows, g.parts, g.depth), (2, 1, 32));
+        // The default switches to the cell threads only with enough views; flags mean always.
+        assert_eq!(g.threads_from_views, 256);
         let g = grid_config(None, None, 8).unwrap().unwrap();
         assert_eq!((g.rows, g.parts), (8, 1));
         let g = grid_config(None, None, 200).unwrap().unwrap();
         assert_eq!(g.rows, 64);
         let g = grid_config(Some(1), None, 2).unwrap().unwrap();
-        assert_eq!((g.rows, g.parts), (1, 1));
+        assert_eq!((g.rows, g.parts, g.threads_from_views), (1, 1, 0));
         let g = grid_config(None, Some(4), 1).unwrap().unwrap();
         assert_eq!((g.rows, g.parts), (1, 4));
         assert!(grid_config(Some(0), None, 2).unwrap_err().contains("rows"));

@@ -4,7 +4,7 @@ use crate::auth::Auth;
 use crate::cluster::ClusterView;
 use crate::notify_latency::NotifyLatency;
 use crate::ws_stats::WsStats;
-use herald_db::live::grid::{Matching, Threads, ThreadsConfig};
+use herald_db::live::grid::{Matching, ThreadsConfig};
 use herald_db::live::LiveEngine;
 use herald_db::Db;
 use std::sync::atomic::AtomicU64;
@@ -38,7 +38,7 @@ impl AppState {
     /// on the engine's thread).
     pub fn with_grid(db: Db, auth: Auth, grid: Option<ThreadsConfig>) -> AppState {
         let live = match grid {
-            Some(g) => LiveEngine::start_with(db.clone(), Box::new(Threads::start(g))),
+            Some(g) => LiveEngine::start_with(db.clone(), herald_db::live::grid::start(g)),
             None => LiveEngine::start(db.clone()),
         };
         AppState::with_live(db, auth, live)

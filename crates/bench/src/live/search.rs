@@ -75,6 +75,9 @@ pub struct SearchOptions {
     pub start_rate: u64,
     /// Bisection steps after the doubling.
     pub bisect_steps: u32,
+    /// Extra runs of a failing probe; it passes if any run passes (one stall of a shared
+    /// machine fails a run, a saturated server fails them all).
+    pub retries: u32,
     /// Seconds of writing in the run at 80% of capacity.
     pub final_secs: u64,
 }
@@ -94,17 +97,27 @@ impl Searcher<'_> {
         }
     }
 
-    /// Runs value `x` on a quiet machine, prints its row; true when it passes.
-    async fn probe(&mut self, x: u64) -> Result<bool, String> {
-        quiet::wait_for_quiet().await;
-        let cfg = self
-            .series
-            .config(self.opts, self.workload, x, self.opts.secs);
-        let p = probe::run(cfg).await?;
-        p.print_row(&self.label());
-        let pass = p.passes();
-        self.probes.push(p);
-        Ok(pass)
+    /// Runs value `x` on a quiet machine (again, up to `retries` times, while it fails),
+    /// prints each run's row; true when a run passes.
+    async fn probe(&mut self, x: u64, retries: u32) -> Result<bool, String> {
+        for attempt in 0..=retries {
+            quiet::wait_for_quiet().await;
+            let cfg = self
+                .series
+                .config(self.opts, self.workload, x, self.opts.secs);
+            let p = probe::run(cfg).await?;
+            let label = match attempt {
+                0 => self.label(),
+                n => format!("{} retry {n}", self.label()),
+            };
+            p.print_row(&label);
+            let pass = p.passes();
+            self.probes.push(p);
+            if pass {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The largest passing value, or `None` when nothing passed.
@@ -113,10 +126,11 @@ impl Searcher<'_> {
         start: u64,
         bound: u64,
         steps: u32,
+        retries: u32,
     ) -> Result<Option<u64>, String> {
         let mut search = CapacitySearch::new(start, bound, steps);
         while let Some(x) = search.next() {
-            let pass = self.probe(x).await?;
+            let pass = self.probe(x, retries).await?;
             search.record(x, pass);
         }
         Ok(search.capacity())
@@ -145,7 +159,9 @@ async fn run_series(
         series,
         probes: Vec::new(),
     };
-    let capacity = searcher.capacity(start, bound, s.bisect_steps).await?;
+    let capacity = searcher
+        .capacity(start, bound, s.bisect_steps, s.retries)
+        .await?;
     let at_least = capacity == Some(bound);
     let at80 = match capacity {
         Some(c) => {
@@ -173,10 +189,12 @@ pub async fn run(opts: &LiveBenchOptions, s: &SearchOptions, out: &Path) -> Resu
     let dur = durability_name(opts.durability);
     println!(
         "capacity search: p99 <= {} ms, achieved rate >= {:.0}% of target, nothing lost; \
-         {} s per probe, {} s at 80%; server durability: {dur}; grid: {}",
+         {} s per probe (a failing one runs again up to {} times), {} s at 80%; \
+         server durability: {dur}; grid: {}",
         opts.p99_max_ms,
         probe::RATE_SHARE_MIN * 100.0,
         opts.secs,
+        s.retries,
         s.final_secs,
         super::grid_name(opts.grid, opts.cell_cpu)
     );

@@ -452,6 +452,7 @@ fn live_group_aggregations_equal_the_pull_pipeline_after_every_commit() {
                     rows: rng.gen_range(1..=2),
                     parts: rng.gen_range(1..=2),
                     depth: [1, 8][rng.gen_range(0..2)],
+                    threads_from_views: 0,
                     jitter: Duration::from_micros(0),
                 };
                 LiveEngine::start_with(db.clone(), Box::new(Threads::start(config)))

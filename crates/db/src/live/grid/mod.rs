@@ -10,7 +10,8 @@
 //! the sorting stage.
 //!
 //! Implementations: [`Inline`] matches on the engine thread (one cell); the threaded in-process
-//! grid and the Kafka grid across machines implement the same trait.
+//! grid and the Kafka grid across machines implement the same trait; [`Adaptive`] (the server's
+//! default) is the threaded grid while there are enough views, inline below.
 //!
 //! Contract every implementation keeps (the engine's correctness rests on it):
 //! - `collect` returns commits in the order they were dispatched, each exactly once, with, for
@@ -19,10 +20,12 @@
 //! - `add_view` / `remove_view` take effect from the next dispatched commit; the engine calls
 //!   them only when nothing is in flight.
 
+mod adaptive;
 mod cell;
 mod inline;
 mod threads;
 
+pub use adaptive::{Adaptive, THREADS_FROM_VIEWS_DEFAULT};
 pub use cell::CellMatcher;
 pub use inline::Inline;
 pub use threads::{Threads, ThreadsConfig, GRID_DEPTH_DEFAULT, GRID_DEPTH_MAX, GRID_DIM_MAX};
@@ -92,6 +95,15 @@ pub trait Matching: Send {
     fn depth(&self) -> usize;
     /// The cells, for observability.
     fn cells(&self) -> Vec<CellStatus>;
+}
+
+/// The in-process grid `config` describes: [`Adaptive`] when it sets `threads_from_views`, else
+/// [`Threads`].
+pub fn start(config: ThreadsConfig) -> Box<dyn Matching> {
+    match config.threads_from_views {
+        0 => Box::new(Threads::start(config)),
+        n => Box::new(Adaptive::new(config, n)),
+    }
 }
 
 /// The write partition (of `parts`) a document's changes belong to: FNV-1a over the collection

@@ -41,6 +41,11 @@ pub struct ThreadsConfig {
     pub parts: u32,
     /// Commits in flight at once (1..=1024).
     pub depth: usize,
+    /// Match on the engine's thread while fewer views than this are registered ([`Adaptive`],
+    /// through [`start`](super::start)); 0: always on the cell threads.
+    ///
+    /// [`Adaptive`]: super::Adaptive
+    pub threads_from_views: usize,
     /// Tests only: each cell sleeps a random 0..jitter before matching a commit, so cells finish
     /// out of order. Zero in production.
     pub jitter: Duration,
@@ -55,6 +60,7 @@ impl Default for ThreadsConfig {
             rows: 1,
             parts: 1,
             depth: GRID_DEPTH_DEFAULT,
+            threads_from_views: 0,
             jitter: Duration::ZERO,
             #[cfg(test)]
             panic_at: None,
