@@ -17,8 +17,9 @@
 //! - `collect` returns commits in the order they were dispatched, each exactly once, with, for
 //!   every view registered when the commit was dispatched, every change index whose before- or
 //!   after-image the view's filter matches (a superset is allowed: the view checks again).
-//! - `add_view` / `remove_view` take effect from the next dispatched commit; the engine calls
-//!   them only when nothing is in flight.
+//! - `add_view` / `remove_view` take effect from the next dispatched commit. The engine adds
+//!   views only when nothing is in flight; it may remove one with commits in flight (a view it
+//!   dropped while applying a batch), and ignores matches reported for it afterwards.
 
 mod adaptive;
 mod cell;
