@@ -5,11 +5,10 @@
 //! the median (and max) over batches of a batch's time divided by its size: batch-to-batch
 //! variation is the machine's noise, not single probes, which are too short to time one by one.
 
-use herald_db::live::matcher::Matcher;
+use herald_db::live::matcher::{Matcher, ViewSet};
 use herald_query::Filter;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde_json::{json, Value};
-use std::collections::HashSet;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -65,7 +64,7 @@ fn main() {
         assert!(m.scanned().is_empty());
         println!("| {n} | add every view, one by one | {total:.1} ms in all | slowest add {slowest:.0} µs |");
 
-        let mut cand = HashSet::new();
+        let mut cand = ViewSet::default();
         let (p50, max) = sample(200, 2_000, |i| {
             cand.clear();
             m.probe(&images[i & 1023], &mut cand);
