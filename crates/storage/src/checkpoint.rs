@@ -27,8 +27,6 @@ use crate::tables::{Table, STATE, STATE_CHECKPOINT};
 use crate::wal::Segments;
 use crate::StorageError;
 
-/// The merger thread's nice value (0 normal, 19 lowest).
-const MERGER_NICE: i32 = 10;
 /// Merger threads. Each takes the newest stretch of runs that is due and not being merged, so
 /// while one is in a long merge of large runs another keeps merging the small new ones. With
 /// one, under sustained ingest the level-0 runs checkpoints keep writing piled up behind such a
@@ -390,9 +388,7 @@ impl Checkpointer {
             let merger = std::thread::Builder::new()
                 .name("herald-merger".into())
                 .spawn(move || {
-                    // Merges are background work: threads serving clients run first on a busy
-                    // machine (past `RUNS_MAX` runs the checkpointer merges at normal priority).
-                    crate::lower_current_thread_priority(MERGER_NICE);
+                    // Background work at nice 10 while runs are few (`Merges::run`, `pace`).
                     if let Err(err) = merges.run(woken, top) {
                         shared.fail(err);
                     }
@@ -645,7 +641,7 @@ impl Checkpointer {
             .metrics
             .checkpoint_committed(started.elapsed(), durable);
         let base = Base::open(&*self.db, &self.merges.cache)?;
-        self.merges.metrics.set_index_runs(base.runs.len());
+        self.merges.note_runs(base.runs.len());
         if base.runs.len() < RUNS_MAX {
             // The merger merges in the background; a full channel means it is awake already.
             if base.runs.len() >= runs::MERGE_WIDTH {

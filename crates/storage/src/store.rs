@@ -156,6 +156,7 @@ impl Store {
             cache: Arc::new(crate::runs::RunCache::default()),
             metrics: metrics.clone(),
             merging: Default::default(),
+            pressed: Default::default(),
         });
         let shared = Shared::new(Base::open(&*db, &merges.cache)?, limits, metrics.clone());
         let (queue, receiver) = mpsc::sync_channel(options.write_queue_max);

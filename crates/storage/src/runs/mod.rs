@@ -508,11 +508,14 @@ const DELETE_CHUNK_BLOCKS: usize = if cfg!(test) {
 /// are dropped when `bottom` (no run is older than the inputs). None of these commits is
 /// durable by itself: the next durable checkpoint makes them so, and until then a crash reopens
 /// with the inputs, which hold the same entries.
+/// `between_chunks` runs after each chunk's commit (the merger threads adjust their priority
+/// there).
 pub(crate) fn merge(
     db: &redb::Database,
     blocks: &RawTable,
     inputs: &[Arc<RunMeta>],
     bottom: bool,
+    between_chunks: &dyn Fn(),
 ) -> Result<Merge, StorageError> {
     let begin = || -> Result<WriteTransaction, StorageError> {
         let mut txn = db.begin_write()?;
@@ -561,6 +564,7 @@ pub(crate) fn merge(
             let txn = begin()?;
             writer.store_blocks(&mut txn.open_table(RUN_BLOCKS)?)?;
             txn.commit()?;
+            between_chunks();
         }
     }
     let entries_in = inputs.iter().map(|r| r.entries).sum();

@@ -93,7 +93,7 @@ fn merge_all(db: &redb::Database, bottom: bool) -> Merge {
     let runs = listed(db);
     let read = db.begin_read().unwrap();
     let blocks = read.open_table(RUN_BLOCKS).unwrap();
-    merge(db, &blocks, &runs, bottom).unwrap()
+    merge(db, &blocks, &runs, bottom, &|| {}).unwrap()
 }
 
 fn block_count(db: &redb::Database) -> u64 {
